@@ -1,0 +1,70 @@
+"""The format registry: built-in formats (TOML files shipped in ``fp4lab/formats/builtin``) plus user formats."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fp4lab.errors import SpecError, UnknownFormatError
+from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.formats.spec_io import load_model
+
+# Built-ins in display order; every name has a TOML file ``builtin/<name>.toml``.
+BUILTIN_NAMES: tuple[str, ...] = (
+    "mxfp4", "nvfp4", "ufp4", "e2m1-b16-fp32", "int4-b32-e8m0", "int4-b16-fp32", "nf4-b64-fp32",
+    "mxfp4-rceil", "mxfp4-ceil", "mxfp4-even", "nvfp4-torchao", "nvfp4-4over6", "nvfp4-2d",
+    "ufp4-e4m3", "ufp4-e8m0",
+    "e2m1", "e1m2", "int4",
+)
+
+_registry: dict[str, QuantFormat] = {}
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    folder = resources.files("fp4lab.formats") / "builtin"
+    for name in BUILTIN_NAMES:
+        with resources.as_file(folder / f"{name}.toml") as path:
+            fmt = load_model(QuantFormat, path)
+        if fmt.name != name:
+            raise SpecError(f"{path}: built-in file declares name '{fmt.name}', expected '{name}'")
+        _registry.setdefault(name, fmt)
+    _builtins_loaded = True
+
+
+def list_formats() -> list[str]:
+    """Registered format names, built-ins first (in their documented order), then user formats."""
+    _load_builtins()
+    return list(BUILTIN_NAMES) + [n for n in _registry if n not in BUILTIN_NAMES]
+
+
+def load_format(path: str | Path) -> QuantFormat:
+    """Validate a ``.toml``/``.json`` spec file and return its ``QuantFormat`` (not registered)."""
+    return load_model(QuantFormat, path)
+
+
+def register(fmt: QuantFormat, *, overwrite: bool = False) -> QuantFormat:
+    """Add ``fmt`` to the registry under ``fmt.name``; built-in names cannot be replaced."""
+    _load_builtins()
+    if fmt.name in BUILTIN_NAMES:
+        raise ValueError(f"register: '{fmt.name}' is a built-in format name; choose another name")
+    if fmt.name in _registry and not overwrite and _registry[fmt.name] != fmt:
+        raise ValueError(f"register: a different format named '{fmt.name}' is already registered (overwrite=True)")
+    _registry[fmt.name] = fmt
+    return fmt
+
+
+def get_format(name: str | Path | QuantFormat) -> QuantFormat:
+    """A registered format by name, a spec file by path, or ``name`` itself if it already is a ``QuantFormat``."""
+    if isinstance(name, QuantFormat):
+        return name
+    _load_builtins()
+    key = str(name)
+    if key in _registry:
+        return _registry[key]
+    if Path(key).suffix.lower() in (".toml", ".json") or Path(key).is_file():
+        return load_format(key)
+    raise UnknownFormatError(f"unknown format '{key}': not registered and not a spec file; known: {', '.join(list_formats())}")

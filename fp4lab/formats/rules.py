@@ -1,0 +1,100 @@
+"""Scale rules and block layouts: how a block's stored scale is chosen from its values.
+
+All arithmetic is float32 with round-to-nearest-even unless stated; ``amax`` is the float32 maximum of ``|x|`` over
+the block. Methods:
+
+* ``none``  — no scaling (element-only cast, scale 1).
+* ``amax``  — ideal scale ``amax / target`` (``target`` defaults to the grid's largest magnitude, so the block
+  amax lands exactly on the grid maximum: the paper's rule). Two-level formats then divide by the tensor scale.
+  The ideal scale is clamped to ``[min_scale, max_scale]`` and encoded into the scale format with
+  ``scale_rounding`` (``ceil`` onto a pow2 format is NVIDIA's RCEIL). With two or more ``targets`` each block is
+  quantized once per target and the candidate with the lower squared error is kept (ties keep the first):
+  ``targets = [6, 4]`` is 4-over-6.
+* ``rceil`` — shorthand for ``amax`` with ``scale_rounding = "ceil"``.
+* ``floor`` / ``ceil`` / ``even`` — OCP MX exponent rules on a pow2 scale:
+  ``e = floor(log2 amax) - floor(log2 grid_max)`` (``ceil``: ``ceil(log2 amax)``; ``even``: amax first rounded to the
+  element's mantissa width, as torchao's EVEN), clamped to the scale format's exponent range.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fp4lab.formats.base import SpecModel
+
+
+class ScaleRule(SpecModel):
+    """How block scales are computed and applied, including every edge-case policy."""
+
+
+    method: Literal["none", "amax", "rceil", "floor", "ceil", "even"] = "amax"
+    targets: list[float] | None = Field(
+        default=None, description="Grid value(s) the block amax maps onto (amax/rceil); default: the grid maximum."
+    )
+    scale_rounding: Literal["rtne", "ceil", "floor"] = Field(
+        default="rtne", description="Rounding of the ideal scale into the scale format (amax method)."
+    )
+    scale_division: Literal["divide", "reciprocal"] = Field(
+        default="divide", description="Ideal scale as amax / target, or amax * float32(1/target)."
+    )
+    element_scaling: Literal["divide", "reciprocal"] = Field(
+        default="divide",
+        description="Scaled element as x / S, or x * R with R = float32(1/S) "
+        "(two-level: R = float32(float32(1/tensor_scale) / S)).",
+    )
+    min_scale: float | None = Field(default=None, gt=0.0, description="Clamp the ideal scale from below.")
+    max_scale: float | None = Field(default=None, gt=0.0, description="Clamp the ideal scale from above.")
+    zero_block: Literal["as_computed", "one", "min", "zero"] = Field(
+        default="as_computed",
+        description="Scale of an all-zero block: as computed by the rule and clamps, 1.0, the smallest positive "
+        "scale, or 0 (scale formats with a zero).",
+    )
+    nan_policy: Literal["propagate", "ignore"] = Field(
+        default="propagate",
+        description="A NaN in a block makes its scale NaN (propagate), or is left out of the amax (ignore).",
+    )
+    inf_policy: Literal["propagate", "saturate"] = Field(
+        default="propagate",
+        description="A block with an infinite element gets a NaN scale (propagate) or the largest scale (saturate).",
+    )
+
+    @model_validator(mode="after")
+    def _validate(self) -> "ScaleRule":
+        if self.targets is not None and (not self.targets or any(t <= 0 for t in self.targets)):
+            raise ValueError("scale_rule.targets must be a non-empty list of positive grid values")
+        if self.min_scale is not None and self.max_scale is not None and self.min_scale > self.max_scale:
+            raise ValueError(f"scale_rule: min_scale {self.min_scale} exceeds max_scale {self.max_scale}")
+        return self
+
+    @property
+    def effective_rounding(self) -> str:
+        """Scale-cast rounding after expanding the ``rceil`` shorthand."""
+        return "ceil" if self.method == "rceil" else self.scale_rounding
+
+
+class BlockLayout(SpecModel):
+    """Which elements share a scale: ``shape = [k]`` is a 1-D block of k consecutive elements along the
+    quantized axis; ``shape = [r, c]`` is a 2-D tile over the last two axes (e.g. 16x16 weight scaling)."""
+
+
+    shape: list[int] = Field(min_length=1, max_length=2)
+
+    @model_validator(mode="after")
+    def _validate(self) -> "BlockLayout":
+        if any(s < 1 or s > 4096 for s in self.shape):
+            raise ValueError(f"block.shape {self.shape}: each extent must be between 1 and 4096")
+        return self
+
+    @property
+    def is_2d(self) -> bool:
+        return len(self.shape) == 2
+
+    @property
+    def size(self) -> int:
+        """Elements per block."""
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n

@@ -1,0 +1,117 @@
+"""Scale formats: how a block (or tensor) scale is stored.
+
+* ``pow2``  — exponent-only scale (OCP E8M0): code c holds 2^(c - bias); the all-ones code is NaN; no zero.
+* ``float`` — an (usually unsigned) ExMy float such as UE4M3 / E4M3 (NVFP4) or UE5M3; encoded with RTNE,
+  saturating at the largest finite value. Reuses ``FloatGrid`` for its value table.
+* ``fp32`` / ``bf16`` — IEEE binary32 / bfloat16 (bf16 encoded from float32 with RTNE). Codes are the bit patterns.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from fp4lab.formats.base import SpecModel
+from fp4lab.formats.grids import FloatGrid
+
+
+class ScaleFormat(SpecModel):
+    """Storage format of a scale; ``kind`` selects the family (see module docstring)."""
+
+
+    kind: Literal["pow2", "float", "fp32", "bf16"]
+    name: str | None = None
+    exponent_bits: int = Field(default=8, ge=1, le=8)
+    mantissa_bits: int = Field(default=0, ge=0, le=7)
+    bias: int | None = None
+    signed: bool = False
+    subnormals: bool = True
+    specials: Literal["none", "fn", "ieee"] = "fn"
+
+    @model_validator(mode="after")
+    def _validate(self) -> "ScaleFormat":
+        if self.kind == "pow2" and self.mantissa_bits != 0:
+            raise ValueError("scale format kind 'pow2' has no mantissa: mantissa_bits must be 0")
+        if self.kind == "float":
+            _ = self.grid  # validates the ExMy fields
+        return self
+
+    @property
+    def bits(self) -> int:
+        return {"fp32": 32, "bf16": 16}.get(self.kind, int(self.signed) + self.exponent_bits + self.mantissa_bits)
+
+    @property
+    def storage_bits(self) -> int:
+        """Bits one stored scale occupies (whole bytes: UE4M3 is 7 bits of information in 8)."""
+        return -(-self.bits // 8) * 8
+
+    @property
+    def exponent_bias(self) -> int:
+        return self.bias if self.bias is not None else (1 << (self.exponent_bits - 1)) - 1
+
+    @property
+    def code_dtype(self) -> type:
+        """numpy dtype of stored scale codes: uint8 up to 8 bits, uint16 for bf16, uint32 for fp32 bit patterns."""
+        return {"fp32": np.uint32, "bf16": np.uint16}.get(self.kind, np.uint8 if self.bits <= 8 else np.uint16)
+
+    @cached_property
+    def grid(self) -> FloatGrid:
+        """The value table of a ``float`` scale format."""
+        if self.kind != "float":
+            raise TypeError(f"scale format kind '{self.kind}' has no finite value table")
+        return FloatGrid(
+            name=self.name,
+            exponent_bits=self.exponent_bits,
+            mantissa_bits=self.mantissa_bits,
+            bias=self.bias,
+            signed=self.signed,
+            subnormals=self.subnormals,
+            specials=self.specials,
+        )
+
+    @property
+    def pow2_nan_code(self) -> int:
+        return (1 << self.exponent_bits) - 1
+
+    @property
+    def max(self) -> float:
+        """Largest finite scale value."""
+        if self.kind == "pow2":
+            return 2.0 ** (self.pow2_nan_code - 1 - self.exponent_bias)
+        if self.kind == "float":
+            return self.grid.max
+        if self.kind == "bf16":
+            return float(np.float32(np.uint32(0x7F7F0000).view(np.float32)))
+        return float(np.finfo(np.float32).max)
+
+    @property
+    def min_positive(self) -> float:
+        """Smallest positive scale value."""
+        if self.kind == "pow2":
+            return 2.0 ** (-self.exponent_bias)
+        if self.kind == "float":
+            lv = self.grid.levels
+            return float(lv[lv > 0][0])
+        if self.kind == "bf16":
+            return float(np.uint32(0x00010000).view(np.float32))
+        return float(np.uint32(1).view(np.float32))
+
+    @property
+    def has_zero(self) -> bool:
+        return self.kind != "pow2"
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """float32 values of scale codes (``pow2``: 2^(c-bias), NaN for the all-ones code)."""
+        codes = np.asarray(codes)
+        if self.kind == "fp32":
+            return codes.astype(np.uint32).view(np.float32)
+        if self.kind == "bf16":
+            return (codes.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        if self.kind == "float":
+            return self.grid.values.astype(np.float32)[codes.astype(np.intp)]
+        table = np.ldexp(1.0, np.arange(1 << self.exponent_bits) - self.exponent_bias).astype(np.float32)
+        table[self.pow2_nan_code] = np.nan
+        return table[codes.astype(np.intp)]

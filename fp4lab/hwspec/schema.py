@@ -1,0 +1,220 @@
+"""Pydantic schema of an accelerator spec (hwspec): its MMA instruction kinds and their accumulation models.
+
+A spec is data (a TOML file under ``specs/``). Every numeric field is a :class:`Num` carrying its value, a
+``provenance`` ("measured" here, "published" by others, "assumed", or "unknown" = a placeholder guess) and a
+``source``. In TOML a bare number is allowed and takes the enclosing kind's (or spec's) ``provenance`` and
+``source``; the loader expands it, so every number in the model carries both.
+
+The accumulation model family (docs/hardware_validation.md, reference hw_numerics.md section 1):
+
+* ``t_fdpa``  truncated fused dot-product-add: K products (exact, not renormalised, exponent ea+eb) and C are
+  aligned to the largest exponent, each truncated toward zero to ``frac_bits`` fraction bits below it, summed
+  exactly and rounded once (``output``). Zero terms take exponent ``e_zero``.
+* ``st_fdpa`` the same with each product's exponent raised by the two power-of-two block-scale exponents.
+* ``gst_fdpa`` groups of ``group`` products summed exactly, each group sum multiplied by the scale significands
+  and aligned by the scale exponents only; then the truncated fused sum with C.
+* ``tr_fdpa`` / ``gtr_fdpa`` (AMD CDNA3): products truncated to ``frac_bits`` below their own maximum (gtr: even
+  and odd products separately, then floored together), then aligned with C by floor (round toward -inf): the
+  product sum to ``join_frac_bits + 1`` bits, C to ``frac_bits``; normalised, floored to ``join_frac_bits``,
+  rounded to fp32 by RNE. gtr drops C when its exponent is below e_max - frac_bits - 1.
+
+K longer than ``fused_len`` is a chain: each chunk's rounded output is the next chunk's C.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .operands import OPERAND_FORMATS
+
+Provenance = Literal["measured", "published", "assumed", "unknown"]
+Algorithm = Literal["t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Num(_Model):
+    """A number with where it comes from."""
+
+    value: float | int
+    provenance: Provenance
+    source: str = Field(min_length=1)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+
+class ScaleOption(_Model):
+    """One allowed block-scale configuration of a block-scaled kind: scale format and K-elements per scale."""
+
+    format: str
+    block: Num
+
+    @field_validator("format")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in OPERAND_FORMATS:
+            raise ValueError(f"scale format {v!r} unknown; known: {', '.join(OPERAND_FORMATS)}")
+        return v
+
+
+class Accumulation(_Model):
+    """Parameters of the accumulation datapath of one instruction kind (see module docstring)."""
+
+    algorithm: Algorithm
+    fused_len: Num = Field(description="L_max: K-elements summed in one fused step; longer K chains.")
+    frac_bits: Num = Field(description="F: fraction bits kept below the largest exponent.")
+    e_zero: Num | None = Field(default=None, description="Exponent given to zero terms (t/st/gst).")
+    group: Num | None = Field(default=None, description="G: products summed exactly before scaling (gst).")
+    join_frac_bits: Num | None = Field(default=None, description="F2 of the C join (tr/gtr).")
+    c_add: Literal["fused", "separate_rn"] = Field(
+        default="fused",
+        description="'separate_rn': D = RN_fp32(RZ_fp32(T-FDPA(products, C=0)) + C) (B200 legacy fp8 mma.sync).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "Accumulation":
+        need = {
+            "t_fdpa": ("e_zero",),
+            "st_fdpa": ("e_zero",),
+            "gst_fdpa": ("e_zero", "group"),
+            "tr_fdpa": ("join_frac_bits",),
+            "gtr_fdpa": ("join_frac_bits",),
+        }[self.algorithm]
+        for f in need:
+            if getattr(self, f) is None:
+                raise ValueError(f"accumulation.{f} is required for algorithm {self.algorithm!r}")
+        return self
+
+
+class Output(_Model):
+    """Rounding of each instruction's result into the accumulator format."""
+
+    format: Literal["f32", "f16"]
+    rounding: Literal["rz", "rne"]
+    mantissa_bits: Num = Field(description="Fraction bits kept: 23 (fp32), 13 (Hopper fp8 'e8m13'), 10 (fp16).")
+    nan_bits: Num = Field(description="Bit pattern of every NaN result, in the output format.")
+
+
+class MMAKind(_Model):
+    """One instruction kind: operand formats, shape, block scaling, accumulation model and peak rate."""
+
+    name: str
+    instruction: str
+    description: str = ""
+    shape: str = Field(description="Instruction shape as the ISA writes it, e.g. 'm64nNk16'.")
+    k: Num = Field(description="K of one instruction.")
+    k_alt: list[int] = Field(default_factory=list, description="Other instruction K's of this kind (e.g. tf32 k4).")
+    a_formats: list[str]
+    b_formats: list[str]
+    c_format: Literal["f32", "f16"]
+    tf32_truncate: bool = Field(default=False, description="Inputs are fp32 words whose low 13 bits are dropped.")
+    scales: list[ScaleOption] = Field(default_factory=list)
+    accumulation: Accumulation
+    output: Output
+    peak_tflops: Num | None = Field(default=None, description="Dense peak, 10^12 MMA flops (2 per MAC) per s.")
+    provenance: Provenance
+    source: str
+
+    @field_validator("a_formats", "b_formats")
+    @classmethod
+    def _known_formats(cls, v: list[str]) -> list[str]:
+        bad = [f for f in v if f not in OPERAND_FORMATS]
+        if bad or not v:
+            raise ValueError(f"operand formats {bad or v} not allowed; known: {', '.join(OPERAND_FORMATS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "MMAKind":
+        alg = self.accumulation.algorithm
+        scaled = alg in ("st_fdpa", "gst_fdpa") or bool(self.scales)
+        if alg in ("st_fdpa", "gst_fdpa") and not self.scales:
+            raise ValueError(f"kind {self.name!r}: algorithm {alg} needs at least one [[scales]] entry")
+        if alg == "gst_fdpa":
+            g = int(self.accumulation.group)
+            for s in self.scales:
+                if int(s.block) % g:
+                    raise ValueError(f"kind {self.name!r}: scale block {int(s.block)} is not a multiple of group {g}")
+        if scaled:
+            for s in self.scales:
+                if int(s.block) % int(self.accumulation.fused_len) and int(self.accumulation.fused_len) % int(s.block):
+                    raise ValueError(f"kind {self.name!r}: scale block and fused_len must nest")
+        if int(self.k) % int(self.accumulation.fused_len) and int(self.accumulation.fused_len) % int(self.k):
+            raise ValueError(f"kind {self.name!r}: k and fused_len must nest")
+        return self
+
+    @property
+    def block_scaled(self) -> bool:
+        return bool(self.scales)
+
+    def nums(self) -> dict[str, Num]:
+        """Every numeric field of the kind, by dotted name (for provenance reports)."""
+        out: dict[str, Num] = {}
+
+        def walk(prefix: str, m: BaseModel) -> None:
+            for name in type(m).model_fields:
+                v = getattr(m, name)
+                if isinstance(v, Num):
+                    out[prefix + name] = v
+                elif isinstance(v, BaseModel):
+                    walk(prefix + name + ".", v)
+                elif isinstance(v, list):
+                    for i, x in enumerate(v):
+                        if isinstance(x, BaseModel):
+                            walk(f"{prefix}{name}[{i}].", x)
+
+        walk("", self)
+        return out
+
+
+class NativeCombo(_Model):
+    """A natively supported element/scale/block combination and the kind that runs it."""
+
+    element: str
+    scale: str | None = None
+    block: int | None = None
+    kind: str
+    note: str = ""
+
+
+class HWSpec(_Model):
+    """An accelerator: its MMA kinds (by name) and its native format combinations."""
+
+    name: str
+    vendor: str
+    arch: str
+    description: str = ""
+    inherits: str | None = None
+    provenance: Provenance
+    source: str
+    kinds: dict[str, MMAKind]
+    native: list[NativeCombo] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> "HWSpec":
+        for key, k in self.kinds.items():
+            if k.name != key:
+                raise ValueError(f"spec {self.name!r}: kind key {key!r} differs from its name {k.name!r}")
+        for c in self.native:
+            if c.kind not in self.kinds:
+                raise ValueError(f"spec {self.name!r}: native combo names unknown kind {c.kind!r}")
+        return self
+
+    def kind(self, name: str) -> MMAKind:
+        """The kind called ``name``; raises ValueError listing the kinds of this spec."""
+        try:
+            return self.kinds[name]
+        except KeyError:
+            raise ValueError(f"hw {self.name!r} has no kind {name!r}; kinds: {', '.join(self.kinds)}") from None
+
+    def provenance_counts(self) -> dict[str, int]:
+        """How many numeric fields of each provenance the spec holds."""
+        counts: dict[str, int] = {}
+        for k in self.kinds.values():
+            for n in k.nums().values():
+                counts[n.provenance] = counts.get(n.provenance, 0) + 1
+        return counts
