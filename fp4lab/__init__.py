@@ -1,0 +1,18 @@
+"""fp4lab: design 4-bit block-scaled number formats and emulate the hardware that runs them, bit for bit.
+
+Public API (see DESIGN.md): formats (``list_formats``, ``get_format``, ``load_format``, ``register``),
+``quantize`` / ``dequantize`` / ``rht`` (numba emulator on CPU, Triton kernels on CUDA), ``gemm``, and hardware
+emulation (``list_hw``, ``get_hw``, ``emulate_mma``, ``emulate_gemm``).
+"""
+
+from fp4lab.api import dequantize, quantize, rht
+from fp4lab.errors import Fp4labError, InputError, SpecError, UnknownFormatError
+from fp4lab.formats import QuantFormat, get_format, list_formats, load_format, register
+from fp4lab.quantized import QuantizedTensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Fp4labError", "InputError", "QuantFormat", "QuantizedTensor", "SpecError", "UnknownFormatError",
+    "dequantize", "get_format", "list_formats", "load_format", "quantize", "register", "rht",
+]

@@ -112,6 +112,7 @@ class ScaleFormat(SpecModel):
             return (codes.astype(np.uint32) << np.uint32(16)).view(np.float32)
         if self.kind == "float":
             return self.grid.values.astype(np.float32)[codes.astype(np.intp)]
-        table = np.ldexp(1.0, np.arange(1 << self.exponent_bits) - self.exponent_bias).astype(np.float32)
+        exps = np.arange(1 << self.exponent_bits) - self.exponent_bias
+        table = np.where(exps > 127, np.nan, np.ldexp(1.0, np.minimum(exps, 127))).astype(np.float32)
         table[self.pow2_nan_code] = np.nan
         return table[codes.astype(np.intp)]

@@ -1,0 +1,201 @@
+"""Reference block-scaled quantize / dequantize in plain numpy: the readable definition of fp4lab's bits.
+
+Pipeline for one tensor ``x`` (float32 after an RTNE cast from wider types), documented in docs/numerics.md:
+
+1. optional RHT along the blocked axis (``fp4lab.emulator.rht``);
+2. two-level formats: ``ts = amax_finite(x) / float32(target0 * smax)`` (``smax`` = ``max_scale`` or the scale
+   format's maximum); ``ts = 1`` if that is zero or not finite;
+3. per block: ``amax`` = max of the finite ``|x|``; block scale by the rule (``ScaleRule``); policies for
+   all-zero, NaN and Inf blocks;
+4. scaled element ``t`` (``x / S``; ``x * float32(1/S)``; two-level ``x / float32(S*ts)`` or
+   ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; ``t`` rounded onto the element grid;
+5. several targets (4-over-6): the candidate with the smaller float32 sum of squared errors, summed in element
+   order, wins; ties keep the earlier target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fp4lab.emulator.blocks import BlockView
+from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale, f32_bits
+from fp4lab.formats.grids import ROUNDING_MODES
+from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.formats.scales import ScaleFormat
+from fp4lab.quantized import QuantizedTensor
+
+F32 = np.float32
+
+
+def check_rounding(rounding: str | None, fmt: QuantFormat) -> str:
+    mode = fmt.rounding if rounding is None else rounding
+    if mode not in ROUNDING_MODES:
+        raise ValueError(f"quantize: rounding '{mode}' is unknown; use one of {', '.join(ROUNDING_MODES)}")
+    return mode
+
+
+def tensor_scale(x: np.ndarray, fmt: QuantFormat) -> np.float32 | None:
+    """Second-level float32 scale of a two-level format (None for single-level formats)."""
+    if fmt.tensor_scale == "none":
+        return None
+    finite = np.abs(x[np.isfinite(x)])
+    amax = finite.max() if finite.size else F32(0)
+    smax = fmt.scale_rule.max_scale or fmt.scale.max
+    ts = F32(amax) / F32(fmt.targets[0] * smax)
+    return ts if (ts > 0 and np.isfinite(ts)) else F32(1.0)
+
+
+def _special_code(sfmt: ScaleFormat, which: str) -> int:
+    """Scale code for 'one', 'min', 'zero', 'max' or 'nan'."""
+    if sfmt.kind == "pow2":
+        return {"one": sfmt.exponent_bias, "min": 0, "max": sfmt.pow2_nan_code - 1, "nan": sfmt.pow2_nan_code}[which]
+    if which == "nan":
+        return int(encode_scale(np.array([np.nan], F32), sfmt, "rtne")[0])
+    value = {"one": 1.0, "zero": 0.0, "min": sfmt.min_positive, "max": sfmt.max}[which]
+    return int(encode_scale(np.array([value], F32), sfmt, "rtne")[0])
+
+
+def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.float32 | None) -> np.ndarray:
+    """Scale codes for finite float32 block amaxes under ``fmt.scale_rule`` (policies not yet applied)."""
+    rule, sfmt = fmt.scale_rule, fmt.scale
+    if rule.method in ("floor", "ceil", "even"):
+        bits = f32_bits(amax).astype(np.int64)
+        if rule.method == "even":  # round amax to the element mantissa width first (torchao EVEN)
+            bits = (bits + (1 << (22 - fmt.element.mantissa_bits))) & 0x7F800000
+        e_amax = ((bits >> 23) & 0xFF) - 127
+        if rule.method == "ceil":
+            e_amax = e_amax + ((bits & 0x7FFFFF) != 0)
+        e = e_amax - fmt.emax_elem
+        return np.clip(e + sfmt.exponent_bias, 0, sfmt.pow2_nan_code - 1).astype(sfmt.code_dtype)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if rule.scale_division == "divide":
+            ideal = amax / F32(target)
+        else:
+            ideal = amax * (F32(1.0) / F32(target))
+        if ts is not None:
+            ideal = ideal / ts
+    if rule.min_scale is not None:
+        ideal = np.maximum(ideal, F32(rule.min_scale))
+    if rule.max_scale is not None:
+        ideal = np.minimum(ideal, F32(rule.max_scale))
+    return encode_scale(ideal.astype(F32), sfmt, rule.effective_rounding)
+
+
+def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: QuantFormat) -> np.ndarray:
+    """float32 scaled elements ``t`` for blocks ``xb [..., bs]`` with decoded block scales ``S [...]``."""
+    Sb = S[..., None]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if fmt.scale_rule.element_scaling == "divide":
+            t = xb / (Sb if ts is None else Sb * ts)
+        else:
+            recip = (F32(1.0) / Sb) if ts is None else (F32(1.0) / ts) / Sb
+            t = xb * recip
+    zero_scale = (Sb == 0) & ~np.isnan(xb)
+    return np.where(zero_scale, np.copysign(F32(0), xb), t).astype(F32)
+
+
+def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts):
+    """Codes [..., bs], scale codes [...] and decoded scales [...] for blocks ``xb``."""
+    rule, sfmt = fmt.scale_rule, fmt.scale
+    finite = np.isfinite(xb)
+    with np.errstate(invalid="ignore"):
+        amax = np.max(np.where(finite, np.abs(xb), F32(0)), axis=-1).astype(F32)
+    has_nan = np.isnan(xb).any(axis=-1) if rule.nan_policy == "propagate" else np.zeros(amax.shape, bool)
+    has_inf = np.isinf(xb).any(axis=-1)
+    zero = (amax == 0) & ~has_nan & ~has_inf
+    candidates = []
+    for target in fmt.targets:
+        scodes = block_scale_codes(amax, fmt, target, ts)
+        if rule.zero_block != "as_computed":
+            scodes[zero] = _special_code(sfmt, rule.zero_block)
+        scodes[has_inf] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+        scodes[has_nan] = _special_code(sfmt, "nan")
+        S = sfmt.decode(scodes)
+        t = scale_elements(xb, S, ts, fmt)
+        codes = encode_elements(t, fmt.element, mode, rb, fmt.nan_element, fmt.overflow)
+        candidates.append((codes, scodes, S))
+    if len(candidates) == 1:
+        return candidates[0]
+    best_err = None
+    best = candidates[0]
+    for codes, scodes, S in candidates:
+        deq = _dequantize_blocks(codes, S, ts, fmt)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = deq - xb
+            sq = diff * diff
+        err = np.zeros(amax.shape, F32)
+        for j in range(xb.shape[-1]):  # float32, in element order
+            err = (err + sq[..., j]).astype(F32)
+        if best_err is None:
+            best_err = err
+            continue
+        take = err < best_err
+        best = tuple(np.where(take[..., None] if a.ndim == xb.ndim else take, a, b) for a, b in
+                     zip((codes, scodes, S), best))
+        best_err = np.where(take, err, best_err)
+    return best
+
+
+def _dequantize_blocks(codes, S, ts, fmt: QuantFormat) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = decode_elements(codes, fmt.element) * S[..., None]
+        return out if ts is None else (out * ts).astype(F32)
+
+
+def quantize_reference(
+    x: np.ndarray,
+    fmt: QuantFormat,
+    rounding: str | None = None,
+    seed: int = 0,
+    axis: int = -1,
+    rht: int | None = None,
+    rht_seed: int = 0,
+) -> QuantizedTensor:
+    """Quantize a float32 numpy array with ``fmt`` (see the module docstring for the exact arithmetic)."""
+    from fp4lab.emulator.philox import sr_random_bits_reference
+    from fp4lab.emulator.rht import rht_reference
+
+    mode = check_rounding(rounding, fmt)
+    x = np.ascontiguousarray(x, dtype=F32)
+    view = BlockView.for_format(x.shape, fmt, axis)
+    if rht is not None:
+        x = rht_reference(x, size=rht, seed=rht_seed, axis=view.axis)
+    rand = sr_random_bits_reference(seed, x.size).reshape(x.shape) if mode == "sr" else None
+    xb = view.to_blocks(x)
+    rb = view.to_blocks(rand) >> np.uint32(8) if rand is not None else None
+    if fmt.scale_rule.method == "none":
+        codes = encode_elements(xb, fmt.element, mode, rb, fmt.nan_element, fmt.overflow)
+        empty = np.zeros((0,), np.uint8)
+        return QuantizedTensor(view.from_blocks(codes), empty, np.zeros((0,), F32), None, fmt, view.axis,
+                               mode, seed, rht, rht_seed)
+    ts = tensor_scale(x, fmt)
+    codes, scodes, S = _quantize_blocks(xb, rb, fmt, mode, ts)
+    return QuantizedTensor(
+        codes=view.from_blocks(codes),
+        scale_codes=view.scales_from_blocks(scodes),
+        scales=view.scales_from_blocks(S.astype(F32)),
+        tensor_scale=ts,
+        fmt=fmt,
+        axis=view.axis,
+        rounding=mode,
+        seed=seed,
+        rht=rht,
+        rht_seed=rht_seed,
+    )
+
+
+def dequantize_reference(qt: QuantizedTensor, rotated: bool = False) -> np.ndarray:
+    """float32 values ``value[code] * S`` (``* ts``); the RHT is undone unless ``rotated``."""
+    from fp4lab.emulator.rht import rht_reference
+
+    fmt = qt.fmt
+    codes = np.asarray(qt.codes)
+    if fmt.scale_rule.method == "none":
+        out = decode_elements(codes, fmt.element)
+    else:
+        view = BlockView.for_format(codes.shape, fmt, qt.axis)
+        S = view.scales_to_blocks(np.asarray(qt.scales, dtype=F32))
+        out = view.from_blocks(_dequantize_blocks(view.to_blocks(codes), S, qt.tensor_scale, fmt))
+    if qt.rht is not None and not rotated:
+        out = rht_reference(out, size=qt.rht, seed=qt.rht_seed, axis=qt.axis, inverse=True)
+    return out

@@ -1,0 +1,58 @@
+"""``QuantizedTensor``: the encoded result of quantizing one tensor with a ``QuantFormat``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fp4lab.formats.quant_format import QuantFormat
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedTensor:
+    """Codes and scales of a quantized tensor (numpy arrays on CPU, torch tensors on CUDA).
+
+    ``codes``        uint8, one element code per input element, same shape as the input (unpacked).
+    ``scale_codes``  encoded block scales as stored (uint8 for 8-bit scale formats, uint16 bf16, uint32 fp32 bits);
+                     shape of the input with the blocked axis divided by the block size (2-D tiles: both of the
+                     last two axes divided by the tile extents). Element-only formats: an empty array.
+    ``scales``       float32 decoded block scales (without the tensor scale), same shape as ``scale_codes``.
+    ``tensor_scale`` float32 second-level scale, or None.
+    ``axis``         the blocked axis (non-negative); ``rht``/``rht_seed`` the rotation applied before scaling.
+    """
+
+    codes: Any
+    scale_codes: Any
+    scales: Any
+    tensor_scale: Any
+    fmt: QuantFormat
+    axis: int
+    rounding: str
+    seed: int = 0
+    rht: int | None = None
+    rht_seed: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codes.shape)
+
+    def packed(self) -> Any:
+        """uint8, two codes per byte along the last axis: element 2i in the low nibble, 2i+1 in the high nibble."""
+        if self.fmt.element.bits > 4:
+            raise ValueError(f"packed(): format '{self.fmt.name}' has {self.fmt.element.bits}-bit codes; only <= 4 pack")
+        if isinstance(self.codes, np.ndarray):
+            from fp4lab.emulator.pack import pack_nibbles
+
+            return pack_nibbles(self.codes)
+        from fp4lab.kernels.pack import pack_nibbles_torch
+
+        return pack_nibbles_torch(self.codes)
+
+    def __repr__(self) -> str:
+        ts = "" if self.tensor_scale is None else f", tensor_scale={float(self.tensor_scale):.6g}"
+        rht = "" if self.rht is None else f", rht={self.rht}"
+        return (f"QuantizedTensor(format='{self.fmt.name}', shape={self.shape}, axis={self.axis}, "
+                f"rounding='{self.rounding}'{rht}{ts})")
