@@ -1,0 +1,181 @@
+"""The ``fp4lab`` command line.
+
+Core subcommands live here (``formats``, ``show``, ``spec validate``, ``schema``); feature packages add theirs
+through a ``register(subparsers)`` function in their own ``cli`` module (analysis, hwspec, kernels).
+Every handler returns the process exit code; errors print one line to stderr and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from typing import Any, Callable
+
+from fp4lab.errors import Fp4labError
+
+PLUGIN_MODULES = ("fp4lab.analysis.cli", "fp4lab.hwspec.cli", "fp4lab.kernels.cli")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def format_summary(name: str) -> dict[str, Any]:
+    """One registry row: the format's structure in plain JSON types."""
+    from fp4lab.formats import get_format
+
+    f = get_format(name)
+    return {
+        "name": f.name,
+        "element": f.element.name or f.element.kind,
+        "element_max": f.element.amax,
+        "block": "x".join(map(str, f.block.shape)) if f.block else None,
+        "scale": (f.scale.name or f.scale.kind) if f.scale else None,
+        "scale_rule": f.scale_rule.method,
+        "targets": f.targets if f.scale else None,
+        "tensor_scale": f.tensor_scale,
+        "rounding": f.rounding,
+        "bits_per_element": f.bits_per_element,
+        "description": f.description,
+    }
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from fp4lab.formats import list_formats
+
+    rows = [format_summary(n) for n in list_formats()]
+    if args.json:
+        _print_json(rows)
+        return 0
+    from rich.table import Table
+
+    table = Table(title="fp4lab format registry", header_style="bold")
+    for col in ("name", "element", "max", "block", "scale", "rule", "tensor scale", "bits/elem"):
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(r["name"], r["element"], f"{r['element_max']:g}", r["block"] or "-", r["scale"] or "-",
+                      r["scale_rule"], r["tensor_scale"], f"{r['bits_per_element']:.4g}")
+    _console().print(table)
+    return 0
+
+
+def grid_report(name: str) -> dict[str, Any]:
+    """Levels, codes, RTNE bin edges and per-level shrinkage bias of a format's element grid."""
+    from fp4lab.analysis.bias import level_bias
+    from fp4lab.formats import get_format
+
+    f = get_format(name)
+    g = f.element
+    return {
+        **format_summary(name),
+        "levels": g.levels.tolist(),
+        "codes": g.level_codes_pos.tolist(),
+        "values_by_code": [None if v != v else v for v in g.values.tolist()],
+        "bin_edges_rtne": g.thresholds("rtne").astype(float).tolist(),
+        "level_bias": level_bias(g).tolist(),
+        "scale_rule_spec": f.scale_rule.model_dump(exclude_none=True),
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    rep = grid_report(args.name)
+    if args.json:
+        _print_json(rep)
+        return 0
+    from rich.table import Table
+
+    con = _console()
+    con.print(f"[bold]{rep['name']}[/bold]: {rep['description']}")
+    con.print(f"block {rep['block'] or '-'}, scale {rep['scale'] or '-'} by rule '{rep['scale_rule']}', "
+              f"tensor scale {rep['tensor_scale']}, rounding {rep['rounding']}, {rep['bits_per_element']:.4g} bits/element")
+    table = Table(header_style="bold", title=f"element grid '{rep['element']}'")
+    for col in ("level", "code", "RTNE bin (lower edge)", "shrinkage bias (l-r)/2"):
+        table.add_column(col, justify="right")
+    edges = [None] + rep["bin_edges_rtne"]
+    for lv, code, edge, bias in zip(rep["levels"], rep["codes"], edges, rep["level_bias"]):
+        table.add_row(f"{lv:g}", f"0x{code:X}", "-" if edge is None else f"{edge:.9g}", f"{bias:+.6g}")
+    con.print(table)
+    con.print(f"scale rule: {rep['scale_rule_spec']}")
+    return 0
+
+
+def cmd_spec_validate(args: argparse.Namespace) -> int:
+    from fp4lab.formats import load_format
+
+    failed = 0
+    for path in args.files:
+        try:
+            fmt = load_format(path)
+        except Fp4labError as exc:
+            failed += 1
+            print(f"error: {exc}", file=sys.stderr)
+            continue
+        print(f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
+              f"{fmt.bits_per_element:.4g} bits/element)")
+    return 1 if failed else 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.kind == "format":
+        from fp4lab.formats import QuantFormat
+
+        schema = QuantFormat.model_json_schema(by_alias=True)
+    else:
+        from fp4lab.hwspec import schema_json
+
+        schema = schema_json()
+    _print_json(schema)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fp4lab", description="Design 4-bit number formats and emulate the "
+                                     "hardware that runs them, bit for bit.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("formats", help="list the format registry")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_formats)
+
+    p = sub.add_parser("show", help="levels, codes, rounding bins and shrinkage bias of one format")
+    p.add_argument("name", help="registered format name or spec file path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("spec", help="spec-file tools")
+    spec_sub = p.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
+    v = spec_sub.add_parser("validate", help="validate format spec files (TOML or JSON)")
+    v.add_argument("files", nargs="+")
+    v.set_defaults(func=cmd_spec_validate)
+
+    p = sub.add_parser("schema", help="JSON schema of spec files (for editors)")
+    p.add_argument("--kind", choices=("format", "hwspec"), default="format")
+    p.set_defaults(func=cmd_schema)
+
+    for mod_name in PLUGIN_MODULES:
+        if importlib.util.find_spec(mod_name) is not None:
+            register: Callable[[Any], None] = importlib.import_module(mod_name).register
+            register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (Fp4labError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
