@@ -30,11 +30,14 @@ class OperandFormat:
     max_finite: float
     signed: bool = True
     subnormals: bool = True
+    integer: bool = False  # two's-complement integer grid (INT4): man_bits = value bits, exp_bits = 0
 
     @property
     def emin(self) -> int:
         """Exponent of the smallest normal; subnormals keep this exponent with a significand below 1."""
-        return 1 - self.bias
+        if self.integer:
+            return 0
+        return 1 - self.bias if self.subnormals else -self.bias
 
     @property
     def has_inf(self) -> bool:
@@ -47,6 +50,9 @@ class OperandFormat:
     def representable(self, x: np.ndarray) -> np.ndarray:
         """Boolean mask: which float64 values are exactly representable (specials only where the format has them)."""
         x = np.asarray(x, dtype=np.float64)
+        if self.integer:
+            lo, hi = -(1 << self.man_bits), (1 << self.man_bits) - 1
+            return np.isfinite(x) & (x == np.round(x)) & (x >= lo) & (x <= hi)
         ax = np.abs(x)
         finite = np.isfinite(x)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -57,10 +63,11 @@ class OperandFormat:
             scaled = np.ldexp(ax, (self.man_bits - e).astype(np.int64))
         ok = finite & (scaled == np.floor(scaled)) & (ax <= self.max_finite)
         if not self.subnormals:
-            ok &= (ax == 0) | (ax >= 2.0**self.emin)
+            ok &= ax >= 2.0**self.emin
         if not self.signed:
             ok &= ~np.signbit(x) | (x == 0)
-        ok |= (ax == 0) & finite
+        if self.subnormals:  # formats without subnormals here (e8m0) have no zero either
+            ok |= (ax == 0) & finite
         if self.has_nan:
             ok |= np.isnan(x)
         if self.has_inf:
@@ -84,6 +91,8 @@ OPERAND_FORMATS: dict[str, OperandFormat] = {
         _f("e3m2", 3, 2, None, "none", 28.0),
         _f("e2m3", 2, 3, None, "none", 7.5),
         _f("e2m1", 2, 1, None, "none", 6.0),
+        _f("e1m2", 1, 2, 1, "none", 1.75),  # uniform grid {0, 0.25, ..., 1.75} (UFP4 element)
+        OperandFormat("int4", 0, 3, 0, "none", 7.0, integer=True),
         _f("e4m3fnuz", 4, 3, 8, "fnuz", 240.0),
         _f("e5m2fnuz", 5, 2, 16, "fnuz", 57344.0),
         # scales: ue8m0 is 2**(x-127), x = 0..254 (no zero, no subnormal), 0xFF NaN; ue4m3 is e4m3 without sign.
@@ -107,6 +116,11 @@ def operand_format(name: str) -> OperandFormat:
 def decode_codes(codes: np.ndarray, fmt: OperandFormat) -> np.ndarray:
     """float64 values of integer codes of an 8-bit-or-narrower operand format (sign in the top bit if signed)."""
     codes = np.asarray(codes).astype(np.int64)
+    if fmt.integer:
+        n = fmt.man_bits + 1
+        if codes.size and (codes.min() < 0 or codes.max() >= (1 << n)):
+            raise ValueError(f"codes for {fmt.name} must be in [0, {1 << n}), got [{codes.min()}, {codes.max()}]")
+        return np.where(codes >= (1 << fmt.man_bits), codes - (1 << n), codes).astype(np.float64)
     nbits = fmt.exp_bits + fmt.man_bits + (1 if fmt.signed else 0)
     if codes.size and (codes.min() < 0 or codes.max() >= (1 << nbits)):
         raise ValueError(f"codes for {fmt.name} must be in [0, {1 << nbits}), got [{codes.min()}, {codes.max()}]")

@@ -1,0 +1,362 @@
+"""Bit-accurate tensor-core MMA emulation driven by an hwspec: ``emulate_mma`` (one instruction chain) and
+``emulate_gemm`` (a tiled GEMM kernel: chained instructions, optional promotion to an fp32 accumulator).
+
+Conventions
+-----------
+* ``a`` is [M, K], ``b`` is [K, N], ``c`` is [M, N]; K is split into fused steps of the kind's ``fused_len``
+  (never more than K), taken in ascending K, each step's rounded output being the next step's C.
+* Operands are float arrays of values exactly representable in one of the kind's input formats (chosen
+  automatically, or named by ``a_format``/``b_format``), or integer codes of that format. tf32 kinds take
+  float32 words and drop their low 13 bits, as the hardware does.
+* Block-scaled kinds also take ``scale_a`` [M, K/block] and ``scale_b`` [K/block, N]: decoded scale values or
+  integer codes of the scale format. Their element format may be any value table (a 1-D float64 array, e.g.
+  ``fmt.element.values`` of a registry format): that is how a proposed grid (E1M2, INT4) runs on a model.
+  GST kinds need group sums that are exact in float64: the table's values must lie on a common power-of-two
+  grid spanning at most 2**16 steps (every 4-bit float or integer grid does).
+* The result is float32 (fp16-accumulator kinds: the fp16 result widened exactly); every NaN has the kind's
+  canonical bits (fp16 0x7FFF widens to 0x7FFFE000) and zero results are +0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..hwspec.operands import OPERAND_FORMATS, OperandFormat, decode_codes, operand_format
+from ..hwspec.registry import get_hw
+from ..hwspec.schema import MMAKind
+from . import mma_kernels as nb
+from .mma_reference import ModelParams, mma_reference
+
+_OUT_RANGE = {"f32": (-126, 127), "f16": (-14, 15)}
+
+
+def kind_params(kind: MMAKind) -> ModelParams:
+    """Flatten a kind's accumulation/output fields into the numeric parameters of the model."""
+    acc, out = kind.accumulation, kind.output
+    o_emin, o_emax = _OUT_RANGE[out.format]
+    return ModelParams(
+        algorithm=acc.algorithm,
+        fused_len=int(acc.fused_len),
+        frac_bits=int(acc.frac_bits),
+        e_zero=int(acc.e_zero) if acc.e_zero is not None else 0,
+        group=int(acc.group) if acc.group is not None else 0,
+        join_frac_bits=int(acc.join_frac_bits) if acc.join_frac_bits is not None else 0,
+        separate_c=acc.c_add == "separate_rn",
+        c_emin=_OUT_RANGE[kind.c_format][0],
+        out_rne=out.rounding == "rne",
+        out_mbits=int(out.mantissa_bits),
+        out_emin=o_emin,
+        out_emax=o_emax,
+    )
+
+
+def resolve_kind(hw: Any, kind: str) -> MMAKind:
+    """The kind object of a spec given by name, path or object."""
+    return get_hw(hw).kind(kind)
+
+
+# ---- operand decoding -------------------------------------------------------------------------------------------
+def align_exponents(v: np.ndarray, emin: int) -> np.ndarray:
+    """int64 alignment exponents: floor(log2|v|) clamped below at ``emin``; 0 for zeros and non-finite values."""
+    ok = np.isfinite(v) & (v != 0)
+    _, e = np.frexp(np.where(ok, v, 1.0))
+    return np.where(ok, np.maximum(e.astype(np.int64) - 1, emin), 0)
+
+
+def _table_of(fmt: Any) -> np.ndarray | None:
+    """A values table from a 1-D array, a registry grid (``.values``) or a QuantFormat (``.element.values``)."""
+    if isinstance(fmt, np.ndarray):
+        return np.asarray(fmt, dtype=np.float64)
+    for obj in (getattr(fmt, "element", None), fmt):
+        vals = getattr(obj, "values", None)
+        if vals is not None and not callable(vals):
+            return np.asarray(vals, dtype=np.float64)
+    return None
+
+
+def _table_emin(table: np.ndarray, fmt: Any) -> int:
+    """Subnormal exponent of a grid given as a table: from its ExMy fields if it has them, else the exponent of a
+    known operand format with the same finite values, else floor(log2) of its smallest nonzero magnitude."""
+    el = getattr(fmt, "element", fmt)
+    bias = getattr(el, "exponent_bias", None)
+    if isinstance(bias, int) and getattr(el, "exponent_bits", None):
+        return 1 - bias
+    fin = np.unique(np.abs(table[np.isfinite(table)]))
+    for of in OPERAND_FORMATS.values():
+        nbits = of.exp_bits + of.man_bits + (1 if of.signed else 0)
+        if nbits <= 8 and of.signed:
+            ref = decode_codes(np.arange(1 << nbits), of)
+            if np.array_equal(np.unique(np.abs(ref[np.isfinite(ref)])), fin):
+                return of.emin
+    nz = fin[fin > 0]
+    return int(np.frexp(nz.min())[1] - 1) if nz.size else 0
+
+
+class _Decoded:
+    """Operand values (float64), their format name (or 'table') and the alignment emin."""
+
+    def __init__(self, values: np.ndarray, name: str, emin: int):
+        self.values, self.name, self.emin = values, name, emin
+
+
+def _decode_operand(x: Any, fmt: Any, kind: MMAKind, which: str) -> _Decoded:
+    allowed = kind.a_formats if which == "a" else kind.b_formats
+    gst = kind.accumulation.algorithm == "gst_fdpa"
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"emulate_mma: {which} must be 2-D, got shape {x.shape}")
+    table = None if fmt is None or isinstance(fmt, str) else _table_of(fmt)
+    if fmt is not None and not isinstance(fmt, str) and table is None:
+        raise ValueError(f"emulate_mma: {which}_format must be a format name, a values table or a format object")
+    if table is not None:
+        if not (gst or kind.block_scaled):
+            raise ValueError(f"emulate_mma: kind {kind.name!r} takes {allowed} for {which}; value tables need a "
+                             "block-scaled kind")
+        emin = _table_emin(table, fmt)
+        if np.issubdtype(x.dtype, np.integer):
+            if x.size and (x.min() < 0 or x.max() >= table.size):
+                raise ValueError(f"emulate_mma: {which} codes must be in [0, {table.size})")
+            return _Decoded(table[x], "table", emin)
+        v = x.astype(np.float64)
+        bad = ~np.isin(v, table) & ~np.isnan(v)
+        if bad.any():
+            raise ValueError(f"emulate_mma: {which} holds {v[bad][0]!r}, not in the given values table")
+        return _Decoded(v, "table", emin)
+    names = [fmt] if isinstance(fmt, str) else list(allowed)
+    for n in names:
+        if n not in allowed and not gst:
+            raise ValueError(f"emulate_mma: kind {kind.name!r} takes {which} in {allowed}, not {n!r}")
+    if np.issubdtype(x.dtype, np.integer):
+        of = operand_format(names[0])
+        return _Decoded(decode_codes(x, of), of.name, of.emin)
+    if kind.tf32_truncate:
+        if x.dtype != np.float32:
+            raise ValueError(f"emulate_mma: kind {kind.name!r} takes float32 words for {which}, got {x.dtype}")
+        v = (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+        return _Decoded(v, "tf32", operand_format("tf32").emin)
+    v = x.astype(np.float64)
+    for n in names:
+        of = operand_format(n)
+        if of.representable(v).all():
+            return _Decoded(v, n, of.emin)
+    raise ValueError(f"emulate_mma: {which} has values not representable in {names} (kind {kind.name!r})")
+
+
+def _check_group_exact(v: np.ndarray, which: str) -> None:
+    """GST group sums must be exact in float64: all values on one power-of-two grid of at most 2**16 steps."""
+    fin = np.abs(v[np.isfinite(v) & (v != 0)])
+    if fin.size == 0:
+        return
+    m, e = np.frexp(fin)
+    ints = (m * 2.0**53).astype(np.int64)
+    lsb = e.astype(np.int64) - 53 + np.log2((ints & -ints).astype(np.float64)).astype(np.int64)
+    if fin.max() > np.ldexp(1.0, int(lsb.min()) + 16):
+        raise ValueError(f"emulate_mma: {which} values span more than 2**16 grid steps; group sums would not be exact")
+
+
+def _decode_scales(s: Any, kind: MMAKind, K: int, axis_len: int, which: str, scale_format: str | None
+                   ) -> tuple[np.ndarray, OperandFormat, int]:
+    """Decoded scale values (float64), their format and the block size, for scale_a ([M, nb]) or scale_b."""
+    if s is None:
+        raise ValueError(f"emulate_mma: block-scaled kind {kind.name!r} needs scale_{which}")
+    s = np.asarray(s)
+    nblk = s.shape[1] if which == "a" else s.shape[0]
+    other = s.shape[0] if which == "a" else s.shape[1]
+    if s.ndim != 2 or other != axis_len or nblk == 0 or K % nblk:
+        raise ValueError(f"emulate_mma: scale_{which} has shape {s.shape}; expected one scale per K-block "
+                         f"({'[M, K/block]' if which == 'a' else '[K/block, N]'}) with K = {K}")
+    block = K // nblk
+    opts = [o for o in kind.scales if int(o.block) == block and (scale_format is None or o.format == scale_format)]
+    if not opts:
+        allowed = [(o.format, int(o.block)) for o in kind.scales]
+        raise ValueError(f"emulate_mma: kind {kind.name!r} has no scale {scale_format or ''} with block {block}; "
+                         f"allowed (format, block): {allowed}")
+    if np.issubdtype(s.dtype, np.integer):
+        of = operand_format(opts[0].format)
+        return decode_codes(s, of), of, block
+    v = s.astype(np.float64)
+    for o in opts:
+        of = operand_format(o.format)
+        if of.representable(v).all():
+            return v, of, block
+    raise ValueError(f"emulate_mma: scale_{which} values are not representable in {[o.format for o in opts]}")
+
+
+def _sig_exp(s: np.ndarray, emin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scale significand and exponent: s = sig * 2**e, e = max(floor(log2 s), emin); NaN -> (NaN, 0), 0 -> (0, emin)."""
+    e = align_exponents(s, emin)
+    e = np.where(s == 0, emin, e)
+    return np.where(np.isnan(s), np.nan, np.ldexp(s, -e)), e
+
+
+# ---- core -------------------------------------------------------------------------------------------------------
+class Prepared:
+    """Everything the kernels need for one (A, B) pair under one kind, independent of C and of the K range."""
+
+    def __init__(self, kind: MMAKind, a, b, scale_a=None, scale_b=None, a_format=None, b_format=None,
+                 scale_format=None):
+        self.kind, self.p = kind, kind_params(kind)
+        da, db = _decode_operand(a, a_format, kind, "a"), _decode_operand(b, b_format, kind, "b")
+        M, K = da.values.shape
+        if db.values.shape[0] != K:
+            raise ValueError(f"emulate_mma: a is {da.values.shape} and b is {db.values.shape}; need a [M,K], b [K,N]")
+        self.M, self.K, self.N = M, K, db.values.shape[1]
+        ks = [int(kind.k)] + list(kind.k_alt)
+        if K == 0 or K % min(ks) or K % min(K, self.p.fused_len):
+            raise ValueError(f"emulate_mma: K = {K} is not a multiple of kind {kind.name!r}'s instruction K {ks}")
+        self.a, self.b = da.values, db.values
+        self.ea, self.eb = align_exponents(self.a, da.emin), align_exponents(self.b, db.emin)
+        self.sa = self.sb = None
+        if kind.block_scaled:
+            sa, of, bs = _decode_scales(scale_a, kind, K, M, "a", scale_format)
+            sb, of_b, bs_b = _decode_scales(scale_b, kind, K, self.N, "b", of.name)
+            if bs_b != bs:
+                raise ValueError(f"emulate_mma: scale_a blocks of {bs} but scale_b blocks of {bs_b}")
+            self.block, self.s_emin = bs, of.emin
+            if self.p.algorithm == "gst_fdpa":
+                _check_group_exact(self.a, "a")
+                _check_group_exact(self.b, "b")
+                rep = bs // self.p.group
+                self.sa, self.sb = np.repeat(sa, rep, axis=1), np.repeat(sb, rep, axis=0)
+            else:  # exponent-add: fold the (power-of-two) scales into the operands and their exponents
+                sig_a, e_a = _sig_exp(sa, of.emin)
+                sig_b, e_b = _sig_exp(sb, of.emin)
+                self.a = self.a * np.repeat(sa, bs, axis=1)
+                self.b = self.b * np.repeat(sb, bs, axis=0)
+                self.ea = self.ea + np.repeat(e_a, bs, axis=1)
+                self.eb = self.eb + np.repeat(e_b, bs, axis=0)
+                if np.any((sig_a != 1) & np.isfinite(sig_a)) or np.any((sig_b != 1) & np.isfinite(sig_b)):
+                    raise ValueError(f"emulate_mma: kind {kind.name!r} adds scale exponents; scales must be powers of two")
+        elif scale_a is not None or scale_b is not None:
+            raise ValueError(f"emulate_mma: kind {kind.name!r} is not block-scaled; scale_a/scale_b must be None")
+
+    def run(self, c: np.ndarray, k0: int = 0, k1: int | None = None, impl: str = "numba") -> np.ndarray:
+        """float64 output-format values of the chain over K in [k0, k1) starting from c (float64 [M, N])."""
+        k1 = self.K if k1 is None else k1
+        p = self.p
+        a, b = np.ascontiguousarray(self.a[:, k0:k1]), np.ascontiguousarray(self.b[k0:k1])
+        ea, eb = np.ascontiguousarray(self.ea[:, k0:k1]), np.ascontiguousarray(self.eb[k0:k1])
+        c = np.ascontiguousarray(c, dtype=np.float64)
+        L = min(k1 - k0, p.fused_len)
+        if p.algorithm == "gst_fdpa":
+            g0, g1 = k0 // p.group, k1 // p.group
+            sa, sb = self.sa[:, g0:g1], self.sb[g0:g1]
+            if impl == "reference":
+                return mma_reference(a, ea, b, eb, c, _with_L(p, L), sa, sb, self.s_emin)
+            ssa, esa = _sig_exp(sa, self.s_emin)
+            ssb, esb = _sig_exp(sb, self.s_emin)
+            return nb.gst_fdpa_gemm(a, b, c, np.ascontiguousarray(ssa), np.ascontiguousarray(esa),
+                                    np.ascontiguousarray(ssb), np.ascontiguousarray(esb), L, p.group,
+                                    p.frac_bits, p.e_zero, p.c_emin, p.out_rne, p.out_mbits, p.out_emin, p.out_emax)
+        if impl == "reference":
+            return mma_reference(a, ea, b, eb, c, _with_L(p, L))
+        if p.algorithm in ("tr_fdpa", "gtr_fdpa"):
+            return nb.tr_fdpa_gemm(a, ea, b, eb, c, L, p.frac_bits, p.join_frac_bits, p.algorithm == "gtr_fdpa",
+                                   p.out_rne, p.out_mbits, p.out_emin, p.out_emax)
+        return nb.t_fdpa_gemm(a, ea, b, eb, c, L, p.frac_bits, p.e_zero, p.c_emin, p.separate_c, p.out_rne,
+                              p.out_mbits, p.out_emin, p.out_emax)
+
+
+def _with_L(p: ModelParams, L: int) -> ModelParams:
+    return replace(p, fused_len=L)
+
+
+def _check_c(c: Any, kind: MMAKind, M: int, N: int) -> np.ndarray:
+    if c is None:
+        return np.zeros((M, N))
+    c = np.asarray(c)
+    if c.shape != (M, N):
+        raise ValueError(f"emulate_mma: c has shape {c.shape}, expected {(M, N)}")
+    v = c.astype(np.float64)
+    of = operand_format(kind.c_format)
+    if not of.representable(v).all():
+        raise ValueError(f"emulate_mma: c has values not representable in the kind's accumulator {kind.c_format}")
+    return v
+
+
+def finish(x: np.ndarray, kind: MMAKind) -> np.ndarray:
+    """Output-format values (float64) -> float32 array with the kind's canonical NaN bits."""
+    nan = np.isnan(x)
+    if kind.output.format == "f16":
+        h = x.astype(np.float16)
+        h.view(np.uint16)[nan] = np.uint16(int(kind.output.nan_bits))
+        return h.astype(np.float32)
+    out = x.astype(np.float32)
+    out.view(np.uint32)[nan] = np.uint32(int(kind.output.nan_bits))
+    return out
+
+
+def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", scale_a=None, scale_b=None, *,
+                a_format: Any = None, b_format: Any = None, scale_format: str | None = None,
+                impl: str = "numba") -> np.ndarray:
+    """D = A @ B + C as the kind's tensor cores compute it, bit for bit (see module docstring).
+
+    a [M,K], b [K,N]: values (float) or codes (integer); c [M,N] in the accumulator format (None = zeros).
+    impl="reference" runs the readable pure-Python model instead of the numba kernels (same bits, slow)."""
+    k = resolve_kind(hw, kind)
+    prep = Prepared(k, a, b, scale_a, scale_b, a_format, b_format, scale_format)
+    return finish(prep.run(_check_c(c, k, prep.M, prep.N), impl=impl), k)
+
+
+# ---- GEMM driver ------------------------------------------------------------------------------------------------
+def _quantized_parts(q: Any, name: str):
+    """(values-or-codes, scales, tensor_scale, values table) from a QuantizedTensor-like object or an array."""
+    if hasattr(q, "codes"):
+        table = _table_of(q.fmt) if hasattr(q, "fmt") else None
+        if table is None:
+            raise ValueError(f"emulate_gemm: {name} has codes but no fmt.element.values table")
+        return np.asarray(q.codes), np.asarray(q.scales, dtype=np.float64), getattr(q, "tensor_scale", None), table
+    return np.asarray(q), None, None, None
+
+
+def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
+                 promotion_interval: int | None = None, *, c=None, impl: str = "numba") -> np.ndarray:
+    """A @ B.T as a tiled GEMM kernel on the given tensor cores computes it; A [M,K], B [N,K], both along K.
+
+    qa/qb: float arrays of representable values, or quantized tensors (``.codes``, ``.scales`` [.., K/block],
+    ``.tensor_scale``, ``.fmt.element.values``). On a block-scaled kind the codes and block scales go into the
+    instruction; on any other kind the operands are dequantized (element * block scale), which must be exactly
+    representable in the kind's input format. The K loop is a chain of instructions in ascending K (Triton's
+    tl.dot loop measured on an H200, hw_numerics.md 3.4), so ``block_k`` (the kernel's BLOCK_K) only has to
+    divide K and be a multiple of the instruction K. ``promotion_interval`` P (a multiple of the instruction K)
+    models CUTLASS/DeepSeek FP8 promotion: every P K-elements the chain restarts from 0 and its result is added
+    into an fp32 accumulator by a round-to-nearest-even FADD. Tensor scales are applied last:
+    D = fp32(acc * fp32(ts_a * ts_b)). ``c`` (fp32 [M, N]) is the initial accumulator."""
+    k = resolve_kind(hw, kind)
+    xa, sa, tsa, ta = _quantized_parts(qa, "qa")
+    xb, sb, tsb, tb = _quantized_parts(qb, "qb")
+    if xa.ndim != 2 or xb.ndim != 2 or xa.shape[1] != xb.shape[1]:
+        raise ValueError(f"emulate_gemm: need qa [M,K] and qb [N,K]; got {xa.shape} and {xb.shape}")
+    K = xa.shape[1]
+    kinst = min([int(k.k)] + list(k.k_alt))
+    if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
+        raise ValueError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+    if k.block_scaled:
+        if sa is None or sb is None:
+            raise ValueError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
+        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=ta, b_format=tb)
+    else:
+        va = ta[xa] * np.repeat(sa, K // sa.shape[1], axis=1) if ta is not None else xa
+        vb = tb[xb] * np.repeat(sb, K // sb.shape[1], axis=1) if tb is not None else xb
+        if k.tf32_truncate:
+            va, vb = np.asarray(va, dtype=np.float32), np.asarray(vb, dtype=np.float32)
+        prep = Prepared(k, va, np.ascontiguousarray(vb.T))
+    c0 = _check_c(c, k, prep.M, prep.N) if c is not None else np.zeros((prep.M, prep.N))
+    if promotion_interval is None:
+        acc = finish(prep.run(c0, impl=impl), k)
+    else:
+        P = promotion_interval
+        if P <= 0 or K % P or P % kinst:
+            raise ValueError(f"emulate_gemm: promotion_interval = {P} must divide K = {K} and be a multiple of {kinst}")
+        acc = c0.astype(np.float32)
+        for k0 in range(0, K, P):
+            part = finish(prep.run(np.zeros((prep.M, prep.N)), k0, k0 + P, impl=impl), k)
+            acc = acc + part  # fp32 RNE FADD
+        acc = finish(acc.astype(np.float64), k)
+    if tsa is not None or tsb is not None:
+        ts = np.float32(1.0 if tsa is None else tsa) * np.float32(1.0 if tsb is None else tsb)
+        acc = finish((acc * ts).astype(np.float64), k)
+    return acc

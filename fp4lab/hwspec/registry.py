@@ -1,0 +1,175 @@
+"""Loading hwspec TOML files and the registry of accelerator specs.
+
+Loader conveniences (all resolved before validation, so the model always holds full :class:`Num` records):
+
+* a bare number in a kind takes that kind's ``provenance``/``source`` (which default to the spec's);
+* ``extends = "other-kind"`` inside a kind starts from that kind of the same file and deep-merges the rest;
+* ``inherits = "parent-spec"`` at the top starts from the parent spec's kinds and native combos; when the child's
+  ``provenance`` is "assumed" or "unknown", every inherited number takes that provenance and a source naming
+  the parent (a guess stays marked as a guess).
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import SpecError
+from .schema import HWSpec
+
+SPEC_DIR = Path(__file__).parent / "specs"
+_NUM_KEYS = {"k", "peak_tflops", "fused_len", "frac_bits", "e_zero", "group", "join_frac_bits",
+             "mantissa_bits", "nan_bits", "block"}
+_REGISTRY: dict[str, HWSpec] = {}
+_WEAK = ("assumed", "unknown")
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(key), dict) and not _is_num(out[key]):
+            out[key] = _merge(out[key], v)
+        else:
+            out[key] = copy.deepcopy(v)
+    return out
+
+
+def _is_num(d: Any) -> bool:
+    return isinstance(d, dict) and "value" in d and "provenance" in d
+
+
+def _expand_nums(node: Any, prov: str, src: str, key: str | None = None) -> Any:
+    """Turn bare numbers under numeric keys into {value, provenance, source}."""
+    if isinstance(node, dict):
+        if _is_num(node):
+            return {"source": src, **node} if "source" not in node else node
+        return {k: _expand_nums(v, prov, src, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_expand_nums(v, prov, src, key) for v in node]
+    if key in _NUM_KEYS and isinstance(node, (int, float)) and not isinstance(node, bool):
+        return {"value": node, "provenance": prov, "source": src}
+    return node
+
+
+def _weaken(node: Any, prov: str, parent: str) -> Any:
+    if _is_num(node):
+        return {**node, "provenance": prov, "source": f"{prov}: same as {parent} ({node['source']})"}
+    if isinstance(node, dict):
+        return {k: _weaken(v, prov, parent) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_weaken(v, prov, parent) for v in node]
+    return node
+
+
+def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
+    """Resolve extends/inherits and expand numbers; returns a dict ready for HWSpec validation."""
+    for req in ("name", "provenance", "source"):
+        if req not in raw:
+            raise SpecError(f"{where}: missing top-level field {req!r}")
+    kinds_raw = raw.get("kinds", {})
+    merged_raw: dict[str, dict] = {}
+    pending = dict(kinds_raw)
+    while pending:  # resolve 'extends' on the raw tables, in dependency order
+        progressed = False
+        for name, kd in list(pending.items()):
+            base = kd.get("extends")
+            if base is not None and base not in merged_raw:
+                if base not in kinds_raw:
+                    raise SpecError(f"{where}: kind {name!r} extends unknown kind {base!r}")
+                continue
+            body = {k: v for k, v in kd.items() if k != "extends"}
+            merged_raw[name] = _merge(merged_raw[base], body) if base else body
+            del pending[name]
+            progressed = True
+        if not progressed:
+            raise SpecError(f"{where}: 'extends' cycle among kinds {sorted(pending)}")
+    kinds: dict[str, dict] = {}
+    for name, kd in merged_raw.items():
+        prov, src = kd.get("provenance", raw["provenance"]), kd.get("source", raw["source"])
+        kinds[name] = _expand_nums({**kd, "name": name, "provenance": prov, "source": src}, prov, src)
+    out = {k: v for k, v in raw.items() if k != "kinds"}
+    parent = raw.get("inherits")
+    if parent is not None:
+        if parent in seen:
+            raise SpecError(f"{where}: 'inherits' cycle through {parent!r}")
+        praw = _resolve(_read_raw(_builtin_path(parent, where)), parent, seen + (raw["name"],))
+        pk = praw["kinds"]
+        if raw["provenance"] in _WEAK:
+            pk = _weaken(pk, raw["provenance"], parent)
+        kinds = {**pk, **{n: _merge(pk.get(n, {}), kd) for n, kd in kinds.items()}}
+        out.setdefault("native", praw.get("native", []))
+    out["kinds"] = kinds
+    return out
+
+
+def _read_raw(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: hwspec file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML ({e})") from None
+
+
+def _builtin_path(name: str, where: str) -> Path:
+    p = SPEC_DIR / f"{name}.toml"
+    if not p.exists():
+        raise SpecError(f"{where}: inherits unknown built-in spec {name!r}; built-ins: {', '.join(_builtin_names())}")
+    return p
+
+
+def _builtin_names() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+def _validate(data: dict, where: str) -> HWSpec:
+    try:
+        return HWSpec.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise SpecError(f"{where}: field {loc}: {err['msg']}") from None
+
+
+def load_hw(path: str | Path) -> HWSpec:
+    """Validate an hwspec TOML file and return the spec (not registered; see :func:`register_hw`)."""
+    path = Path(path)
+    return _validate(_resolve(_read_raw(path), str(path)), str(path))
+
+
+def register_hw(spec: HWSpec) -> None:
+    """Add a spec to the registry under its name (replacing one of the same name)."""
+    _REGISTRY[spec.name] = spec
+
+
+def list_hw() -> list[str]:
+    """Names of all registered specs: built-ins first (sorted), then user-registered ones."""
+    builtins = _builtin_names()
+    return builtins + sorted(n for n in _REGISTRY if n not in builtins)
+
+
+def get_hw(name: str | Path | HWSpec) -> HWSpec:
+    """A spec by registry name or TOML path (a spec object is returned as is)."""
+    if isinstance(name, HWSpec):
+        return name
+    key = str(name)
+    if key in _REGISTRY:
+        return _REGISTRY[key]
+    p = SPEC_DIR / f"{key}.toml"
+    if p.exists():
+        spec = load_hw(p)
+        _REGISTRY[key] = spec
+        return spec
+    if key.endswith(".toml") or Path(key).exists():
+        return load_hw(key)
+    raise SpecError(f"unknown hw {key!r}; known: {', '.join(list_hw())} (or a path to a .toml spec)")
+
+
+def spec_to_dict(spec: HWSpec) -> dict:
+    """The fully expanded spec as plain data (every number with provenance); loads back with the same model."""
+    return spec.model_dump(mode="json", exclude_none=True)
