@@ -40,13 +40,15 @@ def encode_elements(
     rand24: np.ndarray | None = None,
     nan_policy: str = "nan",
     overflow: str = "saturate",
+    signed_zero: str = "keep",
 ) -> np.ndarray:
     """Round float32 ``t`` onto ``grid`` and return codes (uint8 for grids of up to 8 bits).
 
     Deterministic modes: ``level = levels[count(t >= thresholds(mode))]``; values beyond the grid saturate.
     ``sr``: with neighbours ``a <= t < b``, ``p = float32(t - a) / float32(b - a)`` (float32, RTNE) and
     ``t`` rounds up iff ``floor(p * 2^24) > rand24`` (24 random bits per element, see ``philox.py``).
-    A zero result takes the input's sign where the grid has -0. NaN inputs get ``nan_element_code``.
+    A zero result takes the input's sign where the grid has -0 (``signed_zero = "positive"``: an input that is
+    exactly -0 gets +0). NaN inputs get ``nan_element_code``.
     ``overflow`` 'nan'/'inf': magnitudes above ``grid.overflow_threshold`` map to the NaN / signed Inf code.
     """
     t = np.asarray(t, dtype=np.float32)
@@ -65,7 +67,8 @@ def encode_elements(
         idx = np.where(t >= levels32[-1], n - 1, np.where(t <= levels32[0], 0, idx))
     else:
         idx = np.searchsorted(grid.thresholds(mode), t, side="right")
-    codes = np.where(np.signbit(t), cneg[idx], cpos[idx]).astype(cpos.dtype)
+    negative = np.signbit(t) if signed_zero == "keep" else t < 0
+    codes = np.where(negative, cneg[idx], cpos[idx]).astype(cpos.dtype)
     if overflow != "saturate":
         over = np.abs(t) >= grid.overflow_threshold
         if overflow == "nan":

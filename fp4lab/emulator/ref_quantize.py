@@ -4,11 +4,15 @@ Pipeline for one tensor ``x`` (float32 after an RTNE cast from wider types), doc
 
 1. optional RHT along the blocked axis (``fp4lab.emulator.rht``);
 2. two-level formats: ``ts = amax_finite(x) / float32(target0 * smax)`` (``smax`` = ``max_scale`` or the scale
-   format's maximum); ``ts = 1`` if that is zero or not finite;
+   format's maximum); ``ts = 1`` if that is zero or not finite. With ``scale_arithmetic = "encode"``
+   (TransformerEngine): ``g = min(float32(target0 * smax) / amax, FLT_MAX)`` (``g = 1`` if zero) and
+   ``ts = 1 / g``;
 3. per block: ``amax`` = max of the finite ``|x|``; block scale by the rule (``ScaleRule``); policies for
    all-zero, NaN and Inf blocks;
 4. scaled element ``t`` (``x / S``; ``x * float32(1/S)``; two-level ``x / float32(S*ts)`` or
-   ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; ``t`` rounded onto the element grid;
+   ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; "encode" arithmetic:
+   ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; ``t`` rounded onto the
+   element grid;
 5. several targets (4-over-6): the candidate with the smaller float32 sum of squared errors, summed in element
    order, wins; ties keep the earlier target.
 """
@@ -34,15 +38,24 @@ def check_rounding(rounding: str | None, fmt: QuantFormat) -> str:
     return mode
 
 
-def tensor_scale(x: np.ndarray, fmt: QuantFormat) -> np.float32 | None:
-    """Second-level float32 scale of a two-level format (None for single-level formats)."""
+FLT_MAX = np.finfo(np.float32).max
+
+
+def tensor_scales(x: np.ndarray, fmt: QuantFormat) -> tuple[np.float32 | None, np.float32 | None]:
+    """(ts, g): the stored second-level float32 (decode) scale and, for "encode" arithmetic, the float32 encode
+    scale ``g`` it was derived from. (None, None) for single-level formats."""
     if fmt.tensor_scale == "none":
-        return None
+        return None, None
     finite = np.abs(x[np.isfinite(x)])
-    amax = finite.max() if finite.size else F32(0)
-    smax = fmt.scale_rule.max_scale or fmt.scale.max
-    ts = F32(amax) / F32(fmt.targets[0] * smax)
-    return ts if (ts > 0 and np.isfinite(ts)) else F32(1.0)
+    amax = F32(finite.max() if finite.size else 0)
+    denom = F32(fmt.targets[0] * (fmt.scale_rule.max_scale or fmt.scale.max))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if fmt.scale_rule.scale_arithmetic == "encode":
+            g = np.minimum(denom / amax, FLT_MAX) if amax > 0 else F32(1.0)
+            g = g if g > 0 else F32(1.0)
+            return F32(1.0) / g, F32(g)
+        ts = amax / denom
+    return (ts if (ts > 0 and np.isfinite(ts)) else F32(1.0)), None
 
 
 def _special_code(sfmt: ScaleFormat, which: str) -> int:
@@ -55,7 +68,8 @@ def _special_code(sfmt: ScaleFormat, which: str) -> int:
     return int(encode_scale(np.array([value], F32), sfmt, "rtne")[0])
 
 
-def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.float32 | None) -> np.ndarray:
+def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.float32 | None,
+                      g: np.float32 | None = None) -> np.ndarray:
     """Scale codes for finite float32 block amaxes under ``fmt.scale_rule`` (policies not yet applied)."""
     rule, sfmt = fmt.scale_rule, fmt.scale
     if rule.method in ("floor", "ceil", "even"):
@@ -68,7 +82,10 @@ def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.
         e = e_amax - fmt.emax_elem
         return np.clip(e + sfmt.exponent_bias, 0, sfmt.pow2_nan_code - 1).astype(sfmt.code_dtype)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        if rule.scale_division == "divide":
+        if rule.scale_arithmetic == "encode":
+            ideal = np.minimum(amax * (F32(1.0 if g is None else g) * (F32(1.0) / F32(target))), FLT_MAX)
+            ts = None
+        elif rule.scale_division == "divide":
             ideal = amax / F32(target)
         else:
             ideal = amax * (F32(1.0) / F32(target))
@@ -85,6 +102,9 @@ def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: Qu
     """float32 scaled elements ``t`` for blocks ``xb [..., bs]`` with decoded block scales ``S [...]``."""
     Sb = S[..., None]
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if fmt.scale_rule.scale_arithmetic == "encode":
+            recip = np.minimum(F32(1.0) / (Sb if ts is None else Sb * ts), FLT_MAX)
+            return (xb * recip).astype(F32)
         if fmt.scale_rule.element_scaling == "divide":
             t = xb / (Sb if ts is None else Sb * ts)
         else:
@@ -94,7 +114,7 @@ def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: Qu
     return np.where(zero_scale, np.copysign(F32(0), xb), t).astype(F32)
 
 
-def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts):
+def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
     """Codes [..., bs], scale codes [...] and decoded scales [...] for blocks ``xb``."""
     rule, sfmt = fmt.scale_rule, fmt.scale
     finite = np.isfinite(xb)
@@ -105,14 +125,14 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts):
     zero = (amax == 0) & ~has_nan & ~has_inf
     candidates = []
     for target in fmt.targets:
-        scodes = block_scale_codes(amax, fmt, target, ts)
+        scodes = block_scale_codes(amax, fmt, target, ts, g)
         if rule.zero_block != "as_computed":
             scodes[zero] = _special_code(sfmt, rule.zero_block)
         scodes[has_inf] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
         scodes[has_nan] = _special_code(sfmt, "nan")
         S = sfmt.decode(scodes)
         t = scale_elements(xb, S, ts, fmt)
-        codes = encode_elements(t, fmt.element, mode, rb, fmt.nan_element, fmt.overflow)
+        codes = encode_elements(t, fmt.element, mode, rb, fmt.nan_element, fmt.overflow, fmt.signed_zero)
         candidates.append((codes, scodes, S))
     if len(candidates) == 1:
         return candidates[0]
@@ -164,12 +184,12 @@ def quantize_reference(
     xb = view.to_blocks(x)
     rb = view.to_blocks(rand) >> np.uint32(8) if rand is not None else None
     if fmt.scale_rule.method == "none":
-        codes = encode_elements(xb, fmt.element, mode, rb, fmt.nan_element, fmt.overflow)
+        codes = encode_elements(xb, fmt.element, mode, rb, fmt.nan_element, fmt.overflow, fmt.signed_zero)
         empty = np.zeros((0,), np.uint8)
         return QuantizedTensor(view.from_blocks(codes), empty, np.zeros((0,), F32), None, fmt, view.axis,
                                mode, seed, rht, rht_seed)
-    ts = tensor_scale(x, fmt)
-    codes, scodes, S = _quantize_blocks(xb, rb, fmt, mode, ts)
+    ts, g = tensor_scales(x, fmt)
+    codes, scodes, S = _quantize_blocks(xb, rb, fmt, mode, ts, g)
     return QuantizedTensor(
         codes=view.from_blocks(codes),
         scale_codes=view.scales_from_blocks(scodes),

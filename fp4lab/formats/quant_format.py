@@ -67,6 +67,12 @@ class QuantFormat(SpecModel):
         "or -0 ('neg_zero', as ml_dtypes).",
     )
     overflow: Literal["saturate", "nan", "inf"] = "saturate"
+    signed_zero: Literal["keep", "positive"] = Field(
+        default="keep",
+        description="keep: a result of zero takes the sign of the scaled input (-0 code where the grid has one); "
+        "positive: a scaled input that is exactly +-0 gets the +0 code (TransformerEngine), negative values that "
+        "round to zero still get -0.",
+    )
     matches: list[str] = Field(default_factory=list, description="Libraries this format reproduces bit for bit.")
     references: list[str] = Field(default_factory=list)
 

@@ -7,7 +7,8 @@ the block. Methods:
 * ``amax``  — ideal scale ``amax / target`` (``target`` defaults to the grid's largest magnitude, so the block
   amax lands exactly on the grid maximum: the paper's rule). Two-level formats then divide by the tensor scale.
   The ideal scale is clamped to ``[min_scale, max_scale]`` and encoded into the scale format with
-  ``scale_rounding`` (``ceil`` onto a pow2 format is NVIDIA's RCEIL). With two or more ``targets`` each block is
+  ``scale_rounding`` (``ceil`` onto a pow2 format is NVIDIA's RCEIL). ``scale_arithmetic`` picks the order of
+  the float32 operations of two-level scaling: torchao's "decode" or TransformerEngine's "encode" convention. With two or more ``targets`` each block is
   quantized once per target and the candidate with the lower squared error is kept (ties keep the first):
   ``targets = [6, 4]`` is 4-over-6.
 * ``rceil`` — shorthand for ``amax`` with ``scale_rounding = "ceil"``.
@@ -44,6 +45,12 @@ class ScaleRule(SpecModel):
         description="Scaled element as x / S, or x * R with R = float32(1/S) "
         "(two-level: R = float32(float32(1/tensor_scale) / S)).",
     )
+    scale_arithmetic: Literal["decode", "encode"] = Field(
+        default="decode",
+        description="decode: ts = amax_t/(target*smax), ideal = (amax/target)/ts, elements by element_scaling "
+        "(torchao). encode: g = (target*smax)/amax_t, ts = 1/g, ideal = amax * float32(g * float32(1/target)), "
+        "t = x * min(1/float32(S*ts), FLT_MAX) (TransformerEngine).",
+    )
     min_scale: float | None = Field(default=None, gt=0.0, description="Clamp the ideal scale from below.")
     max_scale: float | None = Field(default=None, gt=0.0, description="Clamp the ideal scale from above.")
     zero_block: Literal["as_computed", "one", "min", "zero"] = Field(
@@ -64,6 +71,8 @@ class ScaleRule(SpecModel):
     def _validate(self) -> "ScaleRule":
         if self.targets is not None and (not self.targets or any(t <= 0 for t in self.targets)):
             raise ValueError("scale_rule.targets must be a non-empty list of positive grid values")
+        if self.scale_arithmetic == "encode" and self.method not in ("amax", "rceil"):
+            raise ValueError(f"scale_rule: scale_arithmetic 'encode' applies to the amax/rceil methods, not '{self.method}'")
         if self.min_scale is not None and self.max_scale is not None and self.min_scale > self.max_scale:
             raise ValueError(f"scale_rule: min_scale {self.min_scale} exceeds max_scale {self.max_scale}")
         return self
