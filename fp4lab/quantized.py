@@ -51,6 +51,18 @@ class QuantizedTensor:
 
         return pack_nibbles_torch(self.codes)
 
+    def swizzled_scale_codes(self) -> Any:
+        """Scale codes in the cuBLAS/CUTLASS 128x4 layout (flat), for a 2-D tensor blocked along its last axis."""
+        if self.codes.ndim != 2 or self.axis != 1 or self.fmt.block is None or self.fmt.block.is_2d:
+            raise ValueError("swizzled_scale_codes(): needs a 2-D tensor with 1-D blocks along its last axis")
+        from fp4lab.emulator.swizzle import swizzle_scales
+
+        if isinstance(self.scale_codes, np.ndarray):
+            return swizzle_scales(self.scale_codes)
+        import torch
+
+        return torch.from_numpy(swizzle_scales(self.scale_codes.cpu().numpy())).to(self.scale_codes.device)
+
     def __repr__(self) -> str:
         ts = "" if self.tensor_scale is None else f", tensor_scale={float(self.tensor_scale):.6g}"
         rht = "" if self.rht is None else f", rht={self.rht}"
