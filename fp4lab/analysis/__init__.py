@@ -1,0 +1,7 @@
+"""Format analysis: shrinkage bias, SQNR, attenuation, bucket use, RHT effects, GEMM diagnostics, comparison,
+grid search and conformance vectors. Modules import numpy and fp4lab only; torch and matplotlib are imported
+lazily where a function needs them.
+
+Entry points: ``bias`` (grid geometry), ``metrics`` (one tensor), ``distributions`` / ``tensors_io`` (inputs),
+``rht_effects``, ``gemm``, ``compare`` (the ``fp4lab compare`` engine), ``plot``, ``search``, ``conformance``.
+"""

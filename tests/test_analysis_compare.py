@@ -1,0 +1,61 @@
+"""The compare engine, its JSON document, the CLI subcommand and the grid plot."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from fp4lab.analysis import cli
+from fp4lab.analysis.compare import CompareConfig, run_compare
+
+
+def _run_cli(argv):
+    ap = argparse.ArgumentParser(prog="fp4lab")
+    cli.register(ap.add_subparsers(dest="cmd"))
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+def test_compare_document_keys_and_deltas():
+    cfg = CompareConfig(formats=["mxfp4", "ufp4"], inputs=["gaussian", "outliers:k=20,every=97"], rht=[0, 16],
+                        shape=(32, 384))
+    doc = run_compare(cfg)
+    assert doc["schema"] == "fp4lab.compare/1"
+    assert len(doc["results"]) == 8
+    json.dumps(doc, allow_nan=False)  # no NaN/Inf leak into JSON
+    keys = {"format", "input", "rht", "sqnr_db", "nmse", "alpha", "bias", "b_eff", "clip_rate", "zero_block_rate",
+            "delta_sqnr_db", "delta_b_eff", "scale_code_histogram"}
+    for rec in doc["results"]:
+        assert set(rec) == keys
+    by = {(r["format"], r["input"], r["rht"]): r for r in doc["results"]}
+    r0, r16 = by[("ufp4", "outliers:k=20,every=97", 0)], by[("ufp4", "outliers:k=20,every=97", 16)]
+    assert r0["delta_sqnr_db"] is None and r16["delta_sqnr_db"] == pytest.approx(r16["sqnr_db"] - r0["sqnr_db"])
+    assert r16["delta_sqnr_db"] > 2.0  # uniform grid gains from RHT on outlier channels
+    assert by[("ufp4", "gaussian", 0)]["scale_code_histogram"] is None  # fp32 scales: no histogram
+    hist = by[("mxfp4", "gaussian", 0)]["scale_code_histogram"]
+    assert sum(hist.values()) == 32 * 384 // 32
+    assert doc["formats"]["ufp4"]["magnitudes"] == [0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75]
+    assert doc["formats"]["mxfp4"]["level_bias"][4] == -0.125
+
+
+def test_compare_rejects_bad_rht():
+    with pytest.raises(ValueError, match="RHT size 8"):
+        run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[8], shape=(4, 32)))
+
+
+def test_cli_json_only_and_plot(tmp_path, capsys):
+    png = tmp_path / "grids.png"
+    rc = _run_cli(["compare", "ufp4", "nvfp4", "--dist", "laplace", "--rht", "0,32", "--shape", "16x64",
+                   "--json", "--plot", str(png)])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["rht"] == [0, 32] and doc["config"]["shape"] == [16, 64]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_table_and_tensor_file(tmp_path, capsys):
+    np.save(tmp_path / "t.npy", np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32))
+    assert _run_cli(["compare", "e2m1-b16-fp32", "--dist", str(tmp_path / "t.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "e2m1-b16-fp32" in out and "SQNR" in out and "B_eff" in out
