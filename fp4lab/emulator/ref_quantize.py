@@ -182,7 +182,7 @@ def quantize_reference(
         x = rht_reference(x, size=rht, seed=rht_seed, axis=view.axis)
     rand = sr_random_bits_reference(seed, x.size).reshape(x.shape) if mode == "sr" else None
     xb = view.to_blocks(x)
-    rb = view.to_blocks(rand) >> np.uint32(8) if rand is not None else None
+    rb = view.to_blocks(rand) if rand is not None else None
     if fmt.scale_rule.method == "none":
         codes = encode_elements(xb, fmt.element, mode, rb, fmt.nan_element, fmt.overflow, fmt.signed_zero)
         empty = np.zeros((0,), np.uint8)
