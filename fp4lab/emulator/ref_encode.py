@@ -107,7 +107,8 @@ def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str) -> np.ndar
         else:
             idx = np.searchsorted(lv_nonneg, clipped, side="right") - 1
         codes = cpos[np.clip(idx, 0, lv_nonneg.size - 1)].astype(sfmt.code_dtype)
-        codes[nan] = grid.nan_code
+        if nan.any():
+            codes[nan] = grid.nan_code
         return codes
     # pow2: exponent-only
     e = pow2_exponent(ideal, rounding)
@@ -138,7 +139,7 @@ def _encode_bf16(v: np.ndarray, rounding: str) -> np.ndarray:
     if rounding == "rtne":
         b = b + 0x7FFF + ((b >> 16) & 1)
     elif rounding == "ceil":
-        b = b + np.where(low != 0, 0x10000, 0)
+        b = b + np.where(low != 0, np.uint64(0x10000), np.uint64(0))
     out = (b >> 16).astype(np.uint16)
     out[np.isnan(v)] = 0x7FC0
     return out

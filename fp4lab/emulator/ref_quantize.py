@@ -128,8 +128,10 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
         scodes = block_scale_codes(amax, fmt, target, ts, g)
         if rule.zero_block != "as_computed":
             scodes[zero] = _special_code(sfmt, rule.zero_block)
-        scodes[has_inf] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
-        scodes[has_nan] = _special_code(sfmt, "nan")
+        if has_inf.any():
+            scodes[has_inf] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+        if has_nan.any():
+            scodes[has_nan] = _special_code(sfmt, "nan")
         S = sfmt.decode(scodes)
         t = scale_elements(xb, S, ts, fmt)
         codes = encode_elements(t, fmt.element, mode, rb, fmt.nan_element, fmt.overflow, fmt.signed_zero)

@@ -114,6 +114,10 @@ class QuantFormat(SpecModel):
         if rule.nan_policy == "propagate" and self.scale is not None and self.scale.kind == "float" \
                 and self.scale.grid.nan_code is None:
             raise ValueError(f"format '{self.name}': nan_policy 'propagate' needs a scale format with a NaN code")
+        if rule.inf_policy == "propagate" and self.scale is not None and self.scale.kind == "float" \
+                and self.scale.grid.nan_code is None:
+            raise ValueError(f"format '{self.name}': inf_policy 'propagate' needs a scale format with a NaN code; "
+                             "use 'saturate'")
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------
