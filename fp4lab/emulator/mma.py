@@ -221,15 +221,11 @@ class Prepared:
                 _check_group_exact(self.b, "b")
                 rep = bs // self.p.group
                 self.sa, self.sb = np.repeat(sa, rep, axis=1), np.repeat(sb, rep, axis=0)
-            else:  # exponent-add: fold the (power-of-two) scales into the operands and their exponents
-                sig_a, e_a = _sig_exp(sa, of.emin)
-                sig_b, e_b = _sig_exp(sb, of.emin)
+            else:  # exponent-add: fold the scales into the operands (exact) and their exponents into ea/eb
                 self.a = self.a * np.repeat(sa, bs, axis=1)
                 self.b = self.b * np.repeat(sb, bs, axis=0)
-                self.ea = self.ea + np.repeat(e_a, bs, axis=1)
-                self.eb = self.eb + np.repeat(e_b, bs, axis=0)
-                if np.any((sig_a != 1) & np.isfinite(sig_a)) or np.any((sig_b != 1) & np.isfinite(sig_b)):
-                    raise ValueError(f"emulate_mma: kind {kind.name!r} adds scale exponents; scales must be powers of two")
+                self.ea = self.ea + np.repeat(_sig_exp(sa, of.emin)[1], bs, axis=1)
+                self.eb = self.eb + np.repeat(_sig_exp(sb, of.emin)[1], bs, axis=0)
         elif scale_a is not None or scale_b is not None:
             raise ValueError(f"emulate_mma: kind {kind.name!r} is not block-scaled; scale_a/scale_b must be None")
 

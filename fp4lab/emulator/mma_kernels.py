@@ -57,10 +57,6 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
                 emx[j] = e_zero if cin[j] == 0.0 else e
             for k in range(k0, k0 + L):  # pass 1: largest exponent
                 av = a[i, k]
-                if av == 0.0:
-                    for j in range(N):
-                        emx[j] = max(emx[j], e_zero)
-                    continue
                 eav = ea[i, k]
                 for j in range(N):
                     e = e_zero if av * b[k, j] == 0.0 else eav + eb[k, j]
@@ -69,10 +65,8 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
                 pw_b[j] = (F - emx[j] + 1023) << 52
             for j in range(N):
                 s[j] = np.trunc(cin[j] * pw[j])
-            for k in range(k0, k0 + L):  # pass 2: truncated terms, exact sum
+            for k in range(k0, k0 + L):  # pass 2: truncated terms, exact sum (0 * Inf gives NaN here)
                 av = a[i, k]
-                if av == 0.0:
-                    continue
                 for j in range(N):
                     s[j] += np.trunc(av * b[k, j] * pw[j])
             for j in range(N):  # exact value of the sum
