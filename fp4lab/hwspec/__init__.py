@@ -14,6 +14,11 @@ from .registry import get_hw, list_hw, load_hw, register_hw, spec_to_dict
 from .schema import HWSpec, MMAKind, Num
 
 
+def schema_json() -> dict:
+    """JSON schema of an hwspec (the expanded form: every number as {value, provenance, source})."""
+    return HWSpec.model_json_schema()
+
+
 def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", scale_a=None, scale_b=None,
                 **kwargs):
     """D = A @ B + C as the tensor cores of ``hw`` compute it with instruction ``kind``; see fp4lab.emulator.mma."""
@@ -32,5 +37,5 @@ def emulate_gemm(qa, qb, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", bloc
 
 __all__ = [
     "HWSpec", "MMAKind", "Num", "OPERAND_FORMATS", "OperandFormat", "emulate_gemm", "emulate_mma", "get_hw",
-    "list_hw", "load_hw", "operand_format", "register_hw", "spec_to_dict",
+    "list_hw", "load_hw", "operand_format", "register_hw", "schema_json", "spec_to_dict",
 ]

@@ -1,0 +1,203 @@
+"""``fp4lab hw list``, ``fp4lab hw show NAME [--format FMT]``, ``fp4lab hw verify`` (and ``verify_mma(args)`` for
+the top-level ``fp4lab verify --mma``). Handlers return the exit code; errors propagate to fp4lab.cli.main."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .registry import get_hw, list_hw, spec_to_dict
+from .schema import HWSpec, MMAKind
+
+_SCALE_ALIASES = {"e8m0": "ue8m0"}  # the format registry's E8M0 is the hardware's UE8M0 (no sign, no zero)
+
+
+def _num(n: Any) -> str:
+    if n is None:
+        return "-"
+    v = n.value
+    mark = {"measured": "", "published": "", "assumed": "~", "unknown": "?"}[n.provenance]
+    return f"{mark}{int(v) if float(v).is_integer() else v:g}" if isinstance(v, float) else f"{mark}{v}"
+
+
+def kind_row(k: MMAKind) -> dict[str, Any]:
+    """One kind as plain data: the model parameters a user compares across hardware."""
+    acc = k.accumulation
+    return {
+        "kind": k.name, "instruction": k.instruction, "a": k.a_formats, "b": k.b_formats, "acc": k.c_format,
+        "k": int(k.k), "algorithm": acc.algorithm, "fused_len": int(acc.fused_len), "frac_bits": int(acc.frac_bits),
+        "e_zero": None if acc.e_zero is None else int(acc.e_zero),
+        "output": f"{k.output.rounding}-{k.output.format}({int(k.output.mantissa_bits)} bits)",
+        "scales": [f"{s.format}/{int(s.block)}" for s in k.scales],
+        "peak_tflops": None if k.peak_tflops is None else k.peak_tflops.value,
+        "provenance": k.provenance, "source": k.source,
+        "weak_fields": sorted(n for n, v in k.nums().items() if v.provenance in ("assumed", "unknown")),
+    }
+
+
+def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
+    """Which kind would run a registry format on this hardware, natively or after dequantization, and its peak."""
+    from ..formats import get_format
+
+    f = get_format(fmt_name)
+    el = f.element.name
+    sc = _SCALE_ALIASES.get(f.scale.name, f.scale.name) if f.scale else None
+    block = f.block.shape[-1] if f.block else None
+    for c in spec.native:
+        csc = _SCALE_ALIASES.get(c.scale, c.scale) if c.scale else None
+        if c.element == el and csc == sc and c.block == block:
+            k = spec.kinds[c.kind]
+            return {"format": f.name, "native": True, "kind": k.name, "peak_tflops": _peak(k), "note": c.note}
+    same_el = [c for c in spec.native if c.element == el and c.scale]
+    hint = "".join(f"; element {el} is native with {c.scale}/{c.block} scales on {c.kind}" for c in same_el)
+    fallback = [k for k in spec.kinds.values() if not k.block_scaled and {"bf16", "f16"} & set(k.a_formats)
+                and k.c_format == "f32" and k.peak_tflops is not None]
+    if not fallback:
+        return {"format": f.name, "native": False, "kind": None, "peak_tflops": None,
+                "note": "no native combination and no 16-bit kind to dequantize to" + hint}
+    k = max(reversed(fallback), key=lambda k: (k.peak_tflops.value, "bf16" in k.a_formats))
+    return {"format": f.name, "native": False, "kind": k.name, "peak_tflops": _peak(k),
+            "note": f"not native ({el}, {sc}, block {block}): dequantize to {k.a_formats[0]} and run {k.name}" + hint}
+
+
+def _peak(k: MMAKind) -> dict[str, Any] | None:
+    p = k.peak_tflops
+    return None if p is None else {"value": p.value, "provenance": p.provenance, "source": p.source}
+
+
+def cmd_hw_list(args: argparse.Namespace) -> int:
+    rows = []
+    for n in list_hw():
+        s = get_hw(n)
+        rows.append({"name": s.name, "vendor": s.vendor, "arch": s.arch, "kinds": len(s.kinds),
+                     "provenance": s.provenance, "fields_by_provenance": s.provenance_counts(),
+                     "description": s.description})
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="hardware specs (fp4lab hw show NAME)")
+    for col in ("name", "vendor", "arch", "kinds", "numeric fields by provenance", "description"):
+        t.add_column(col)
+    for r in rows:
+        prov = ", ".join(f"{k} {v}" for k, v in sorted(r["fields_by_provenance"].items()))
+        t.add_row(r["name"], r["vendor"], r["arch"], str(r["kinds"]), prov, r["description"])
+    Console().print(t)
+    return 0
+
+
+def cmd_hw_show(args: argparse.Namespace) -> int:
+    spec = get_hw(args.name)
+    cost = format_cost(spec, args.format) if args.format else None
+    if args.json:
+        out = {"spec": spec_to_dict(spec), "kinds": [kind_row(k) for k in spec.kinds.values()]}
+        if cost:
+            out["format_cost"] = cost
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]{spec.name}[/bold] ({spec.vendor} {spec.arch}, provenance {spec.provenance}"
+              f"{', inherits ' + spec.inherits if spec.inherits else ''}): {spec.description}")
+    con.print(f"source: {spec.source}")
+    t = Table(title="MMA kinds  (~ assumed, ? unknown)")
+    for col in ("kind", "A x B -> acc", "K", "model", "L", "F", "e_zero", "output", "scales", "peak TFLOPS",
+                "provenance"):
+        t.add_column(col)
+    for k in spec.kinds.values():
+        acc = k.accumulation
+        t.add_row(k.name, f"{'/'.join(k.a_formats)} x {'/'.join(k.b_formats)} -> {k.c_format}", _num(k.k),
+                  acc.algorithm, _num(acc.fused_len), _num(acc.frac_bits), _num(acc.e_zero),
+                  f"{k.output.rounding} {k.output.format}/{_num(k.output.mantissa_bits)}",
+                  ", ".join(f"{s.format}/{_num(s.block)}" for s in k.scales) or "-", _num(k.peak_tflops),
+                  k.provenance)
+    con.print(t)
+    if spec.native:
+        t = Table(title="native element / scale / block combinations")
+        for col in ("element", "scale", "block", "kind", "peak TFLOPS", "note"):
+            t.add_column(col)
+        for c in spec.native:
+            t.add_row(c.element, c.scale or "-", str(c.block or "-"), c.kind, _num(spec.kinds[c.kind].peak_tflops),
+                      c.note)
+        con.print(t)
+    weak = {k.name: kind_row(k)["weak_fields"] for k in spec.kinds.values() if kind_row(k)["weak_fields"]}
+    if weak:
+        n_unknown = sum(v.provenance == "unknown" for k in spec.kinds.values() for v in k.nums().values())
+        con.print(f"[yellow]warning:[/yellow] {sum(map(len, weak.values()))} numeric fields are assumed or unknown "
+                  f"({n_unknown} unknown): results on this spec are what-if estimates, not hardware behaviour.")
+    if cost:
+        p = cost["peak_tflops"]
+        rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
+        con.print(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind {cost['kind']}, "
+                  f"{rate}. {cost['note']}")
+    return 0
+
+
+def verify_mma(args: argparse.Namespace) -> int:
+    """Published H200 vectors through the hopper-sm90 model (CPU); with a CUDA GPU also the tl.dot probe."""
+    from .vectors import check_published_vectors
+
+    res = check_published_vectors()
+    ok = all(r["bit_exact"] == r["rows"] for r in res)
+    report: dict[str, Any] = {"published_vectors": res}
+    gpu = getattr(args, "gpu", "auto")
+    if gpu != "off":
+        import importlib.util
+
+        cuda = False
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            cuda = torch.cuda.is_available()
+        if cuda:
+            from .gpu_probe import run_probe
+
+            probe = run_probe(n=getattr(args, "n", 512), k=getattr(args, "k", 128))
+            report["gpu_probe"] = probe
+            ok &= all(r.get("mismatches", 1) == 0 for r in probe["results"])
+        elif gpu == "on":
+            raise ValueError("verify --mma --gpu on: no CUDA GPU available")
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        for r in res:
+            print(f"{r['vectors']:<28} {r['kind']:<22} {r['bit_exact']}/{r['rows']} bit-exact")
+        for r in report.get("gpu_probe", {}).get("results", []):
+            if "error" in r:
+                print(f"gpu {r['label']:<16} error: {r['error']}")
+            else:
+                print(f"gpu {r['label']:<16} {r['kind']:<18} {r['matches']}/{r['outputs']} bit-exact "
+                      f"({r['finite_outputs']} finite)")
+        print("ok" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+def add_verify_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the MMA verification (shared by ``hw verify`` and the top-level ``verify --mma``)."""
+    p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="also run the tl.dot probe on CUDA")
+    p.add_argument("--n", type=int, default=512, help="GPU probe: M = N (multiple of 64)")
+    p.add_argument("--k", type=int, default=128, help="GPU probe: K")
+    p.add_argument("--json", action="store_true")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``hw list|show|verify`` to the fp4lab command."""
+    p = subparsers.add_parser("hw", help="accelerator specs: MMA models, native formats, peak rates")
+    sub = p.add_subparsers(dest="hw_command", required=True, metavar="ACTION")
+    q = sub.add_parser("list", help="list hardware specs")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_hw_list)
+    q = sub.add_parser("show", help="kinds, model parameters with provenance, native combinations, peak rates")
+    q.add_argument("name", help="spec name or path to a .toml spec")
+    q.add_argument("--format", default=None, help="registry format: which kind runs it here and at what peak")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_hw_show)
+    q = sub.add_parser("verify", help="check the MMA models: published H200 vectors, and tl.dot on a CUDA GPU")
+    add_verify_arguments(q)
+    q.set_defaults(func=verify_mma)

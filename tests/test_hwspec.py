@@ -1,0 +1,172 @@
+"""hwspec: every built-in spec loads and validates, every number carries provenance and source, inheritance marks
+guesses as guesses, specs round-trip, bad files give one-line errors naming the file and field, and the CLI works."""
+
+import json
+
+import pytest
+
+import fp4lab.hwspec as hwspec
+from fp4lab.cli import main as cli_main
+from fp4lab.errors import SpecError
+from fp4lab.hwspec.registry import SPEC_DIR
+from fp4lab.hwspec.schema import HWSpec
+
+EXPECTED = {
+    "hopper-sm90": {"mma.sync.f16", "mma.sync.bf16", "mma.sync.tf32", "wgmma.f16", "wgmma.bf16", "wgmma.tf32",
+                    "wgmma.e4m3", "wgmma.e5m2"},
+    "blackwell-sm100": {"tcgen05.f16", "tcgen05.tf32", "tcgen05.f8f6f4", "tcgen05.mxf8f6f4", "tcgen05.mxf4",
+                        "tcgen05.mxf4nvf4"},
+    "blackwell-sm120": {"mma.sync.mxf8f6f4", "mma.sync.mxf4", "mma.sync.mxf4nvf4"},
+    "rubin": {"tcgen05.mxf4nvf4"},
+    "cdna3-mi300": {"mfma.f16", "mfma.bf16", "mfma.fp8"},
+    "cdna4-mi350": {"mfma_scale.f8f6f4"},
+    "proposal-ufp4": {"bsmma.e1m2", "bsmma.int4"},
+}
+
+
+def test_builtin_specs_and_kinds():
+    names = hwspec.list_hw()
+    assert set(EXPECTED) <= set(names)
+    for name, kinds in EXPECTED.items():
+        assert kinds <= set(hwspec.get_hw(name).kinds), name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_number_has_provenance_and_source(name):
+    spec = hwspec.get_hw(name)
+    for kind in spec.kinds.values():
+        nums = kind.nums()
+        assert {"k", "accumulation.fused_len", "accumulation.frac_bits", "output.mantissa_bits"} <= set(nums)
+        for field, n in nums.items():
+            assert n.provenance in ("measured", "published", "assumed", "unknown"), (name, kind.name, field)
+            assert n.source.strip(), (name, kind.name, field)
+    assert spec.native, name
+    for c in spec.native:
+        assert c.kind in spec.kinds
+
+
+def test_rubin_inherits_blackwell_and_is_all_assumed():
+    rubin, bw = hwspec.get_hw("rubin"), hwspec.get_hw("blackwell-sm100")
+    assert rubin.inherits == "blackwell-sm100"
+    assert set(rubin.kinds) == set(bw.kinds)
+    assert set(rubin.provenance_counts()) == {"assumed"}
+    k, kb = rubin.kind("tcgen05.mxf4nvf4"), bw.kind("tcgen05.mxf4nvf4")
+    assert int(k.accumulation.frac_bits) == int(kb.accumulation.frac_bits) == 35
+    assert "blackwell-sm100" in k.accumulation.frac_bits.source
+    assert k.peak_tflops.value != kb.peak_tflops.value  # rubin overrides its own rate
+
+
+def test_cdna4_internals_are_flagged_unknown():
+    k = hwspec.get_hw("cdna4-mi350").kind("mfma_scale.f8f6f4")
+    for field in ("accumulation.frac_bits", "accumulation.fused_len", "accumulation.join_frac_bits"):
+        assert k.nums()[field].provenance == "unknown"
+    assert k.scales[0].block.provenance == "published"
+
+
+def test_hopper_parameters_and_measured_provenance():
+    h = hwspec.get_hw("hopper-sm90")
+    fp8 = h.kind("wgmma.e4m3")
+    assert (int(fp8.accumulation.frac_bits), int(fp8.output.mantissa_bits), fp8.output.rounding) == (13, 13, "rz")
+    bf = h.kind("wgmma.bf16")
+    assert (int(bf.accumulation.frac_bits), int(bf.accumulation.e_zero), int(bf.output.nan_bits)) == (25, -133,
+                                                                                                       0x7FFFFFFF)
+    assert bf.accumulation.frac_bits.provenance == "measured"
+    assert h.kind("mma.sync.f16.f16acc").output.rounding == "rne"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_round_trip_through_plain_data(name):
+    spec = hwspec.get_hw(name)
+    again = HWSpec.model_validate(hwspec.spec_to_dict(spec))
+    assert again == spec
+
+
+def test_load_user_spec_file_with_extends_and_bare_numbers(tmp_path):
+    p = tmp_path / "mine.toml"
+    p.write_text('''
+name = "mine"
+vendor = "me"
+arch = "x"
+provenance = "assumed"
+source = "what-if"
+[kinds."m.bf16"]
+instruction = "m"
+shape = "k16"
+k = 16
+a_formats = ["bf16"]
+b_formats = ["bf16"]
+c_format = "f32"
+accumulation = { algorithm = "t_fdpa", fused_len = 16, frac_bits = 30, e_zero = -133 }
+output = { format = "f32", rounding = "rne", mantissa_bits = 23, nan_bits = 0x7FC00000 }
+[kinds."m.f16"]
+extends = "m.bf16"
+a_formats = ["f16"]
+b_formats = ["f16"]
+''')
+    spec = hwspec.get_hw(str(p))
+    k = spec.kind("m.f16")
+    assert int(k.accumulation.frac_bits) == 30 and k.accumulation.frac_bits.provenance == "assumed"
+    assert k.accumulation.frac_bits.source == "what-if"
+    import numpy as np
+
+    d = hwspec.emulate_mma(np.ones((1, 16)), np.ones((16, 1)), None, hw=spec, kind="m.f16")
+    assert d[0, 0] == 16.0
+
+
+BAD = [
+    ('name = "x"\nvendor = "v"\narch = "a"\nprovenance = "assumed"\n', "source"),
+    ('name = "x"\nvendor = "v"\narch = "a"\nprovenance = "guessed"\nsource = "s"\n', "provenance"),
+    ('name = "x"\nvendor = "v"\narch = "a"\nprovenance = "assumed"\nsource = "s"\n[kinds.k]\nextends = "nope"\n',
+     "extends unknown kind"),
+    ('name = "x"\nvendor = "v"\narch = "a"\nprovenance = "assumed"\nsource = "s"\n[kinds.k]\ninstruction = "i"\n'
+     'shape = "s"\nk = 16\na_formats = ["fp7"]\nb_formats = ["bf16"]\nc_format = "f32"\n'
+     'accumulation = { algorithm = "t_fdpa", fused_len = 16, frac_bits = 25, e_zero = -133 }\n'
+     'output = { format = "f32", rounding = "rz", mantissa_bits = 23, nan_bits = 1 }\n', "a_formats"),
+    ('name = "x"\nvendor = "v"\narch = "a"\nprovenance = "assumed"\nsource = "s"\n[kinds.k]\ninstruction = "i"\n'
+     'shape = "s"\nk = 64\na_formats = ["e2m1"]\nb_formats = ["e2m1"]\nc_format = "f32"\n'
+     'accumulation = { algorithm = "gst_fdpa", fused_len = 64, frac_bits = 35, e_zero = -139 }\n'
+     'output = { format = "f32", rounding = "rz", mantissa_bits = 23, nan_bits = 1 }\n', "group"),
+    ("name = \n", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD)
+def test_bad_spec_files_give_one_line_errors(tmp_path, text, needle):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(SpecError) as e:
+        hwspec.load_hw(p)
+    msg = str(e.value)
+    assert "\n" not in msg and str(p) in msg and needle in msg
+
+
+def test_unknown_hw_lists_known():
+    with pytest.raises(SpecError, match="hopper-sm90"):
+        hwspec.get_hw("h100-typo")
+
+
+def test_spec_files_are_the_registry():
+    assert sorted(p.stem for p in SPEC_DIR.glob("*.toml")) == hwspec.list_hw()[:len(list(SPEC_DIR.glob("*.toml")))]
+
+
+def test_cli_hw_list_show_and_format_cost(capsys):
+    assert cli_main(["hw", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} >= set(EXPECTED)
+    assert cli_main(["hw", "show", "blackwell-sm100", "--json", "--format", "nvfp4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["format_cost"]["native"] and out["format_cost"]["kind"] == "tcgen05.mxf4nvf4"
+    assert cli_main(["hw", "show", "hopper-sm90", "--json", "--format", "ufp4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not out["format_cost"]["native"] and out["format_cost"]["kind"] == "wgmma.bf16"
+    assert cli_main(["hw", "show", "proposal-ufp4", "--json", "--format", "ufp4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not out["format_cost"]["native"]  # ufp4 has FP32 block scales; the proposal's native UFP4 uses UE4M3
+    assert cli_main(["hw", "show", "cdna4-mi350"]) == 0
+    assert "unknown" in capsys.readouterr().out
+
+
+def test_cli_verify_published_vectors(capsys):
+    assert cli_main(["hw", "verify", "--gpu", "off", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)["published_vectors"]
+    assert len(res) == 6 and all(r["bit_exact"] == r["rows"] == 5000 for r in res)
