@@ -1,0 +1,46 @@
+"""Entry points the public API dispatches torch tensors to (CUDA tensors; CPU tensors under TRITON_INTERPRET=1).
+
+All return what the emulator returns for the same inputs, bit for bit, as torch tensors on the input's device:
+``QuantizedTensor`` fields ``codes`` (uint8), ``scale_codes`` (uint8; int32 fp32 bits; uint16 bf16 bits),
+``scales`` (fp32) and ``tensor_scale`` (0-d fp32 tensor or None).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fp4lab.formats.registry import get_format
+from fp4lab.quantized import QuantizedTensor
+
+
+def quantize_cuda(x: Any, fmt: Any, rounding: str | None = None, seed: int = 0, axis: int = -1,
+                  rht: int | None = None, rht_seed: int = 0) -> QuantizedTensor:
+    """Triton quantize of torch tensor ``x`` (see ``fp4lab.quantize``)."""
+    from fp4lab.kernels.quantize import quantize_triton
+
+    fmt = get_format(fmt)
+    codes, scodes, scales, ts, ax, mode = quantize_triton(x, fmt, rounding, seed, axis, rht, rht_seed)
+    return QuantizedTensor(codes=codes, scale_codes=scodes, scales=scales, tensor_scale=ts, fmt=fmt, axis=ax,
+                           rounding=mode, seed=seed, rht=rht, rht_seed=rht_seed, meta={"torch": True})
+
+
+def dequantize_cuda(qt: QuantizedTensor, rotated: bool = False, out_dtype: Any = None) -> Any:
+    """fp32 (or ``out_dtype=torch.bfloat16``) values of ``qt``; the RHT is undone unless ``rotated``."""
+    from fp4lab.kernels.dequantize import dequantize_triton
+
+    return dequantize_triton(qt.codes, qt.scale_codes, qt.tensor_scale, qt.fmt, qt.axis, rht=qt.rht,
+                             rht_seed=qt.rht_seed, rotated=rotated, out_dtype=out_dtype)
+
+
+def rht_cuda(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> Any:
+    """fp32 randomized Hadamard transform of torch tensor ``x`` (see ``fp4lab.rht``)."""
+    from fp4lab.kernels.rht import rht_triton
+
+    return rht_triton(x, size=size, seed=seed, axis=axis, inverse=inverse)
+
+
+def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
+    """fp32 A @ B.T of quantized A [M, K] and B [N, K] (see ``fp4lab.kernels.gemm`` for both modes)."""
+    from fp4lab.kernels.gemm import gemm_triton
+
+    return gemm_triton(qa, qb, mode=mode)

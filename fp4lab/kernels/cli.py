@@ -1,0 +1,84 @@
+"""``fp4lab verify``: registered by the main CLI through ``register(subparsers)``; imports nothing heavy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "verify", help="compare the Triton kernels with the emulator's reference, bit for bit",
+        description="Quantize random and adversarial tensors with the Triton kernels and the numpy reference "
+        "(every format, rtne and sr, RHT off and 16) and compare codes, scales, tensor scale and dequantized "
+        "values bit for bit. Exit code 1 on any mismatch.")
+    p.add_argument("--formats", nargs="+", default=None, help="format names or spec files (default: all registered)")
+    p.add_argument("--elements", type=float, default=2e5, help="total elements over all cases (default 2e5)")
+    p.add_argument("--device", choices=("cuda", "interpreter"), default=None,
+                   help="cuda (needs a GPU) or interpreter (TRITON_INTERPRET=1 on CPU); default: cuda if available")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="processes (cuda only), each with its own context")
+    p.add_argument("--json", default=None, help="also write the summary as JSON to this path")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    device = args.device
+    if device is None:
+        device = "interpreter" if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else "cuda"
+    if device == "interpreter":
+        if "fp4lab.kernels.tile" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+            print("verify: --device interpreter needs TRITON_INTERPRET=1 before the kernels are imported; "
+                  "set it in the environment", file=sys.stderr)
+            return 2
+        os.environ["TRITON_INTERPRET"] = "1"
+    from rich.console import Console
+    from rich.table import Table
+
+    from fp4lab.formats.registry import get_format, list_formats
+    from fp4lab.kernels.verify import plan_cases, run_cases, summarize
+
+    console = Console()
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            console.print("verify: --device cuda but no CUDA device is available; use --device interpreter",
+                          style="red")
+            return 2
+    formats = args.formats or list_formats()
+    names = []
+    for f in formats:
+        fmt = get_format(f)
+        names.append(fmt.name if f in list_formats() else f)
+    cases = plan_cases(names, int(args.elements), seed=args.seed)
+    t0 = time.time()
+    outcomes = run_cases(cases, "cuda" if device == "cuda" else "cpu",
+                         workers=args.workers if device == "cuda" else 1, progress=True)
+    rows, first = summarize(outcomes)
+    table = Table(title=f"fp4lab verify ({device}, {time.time() - t0:.1f} s)")
+    for col in ("format", "cases", "elements", "failed_cases", "mismatches"):
+        table.add_column(col, justify="left" if col == "format" else "right")
+    for r in rows:
+        table.add_row(*(str(r[c]) for c in ("format", "cases", "elements", "failed_cases", "mismatches")),
+                      style="red" if r["mismatches"] else None)
+    total = sum(r["elements"] for r in rows)
+    bad = sum(r["mismatches"] for r in rows)
+    table.add_row("total", str(len(outcomes)), str(total), str(sum(r["failed_cases"] for r in rows)), str(bad))
+    console.print(table)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": device, "rows": rows, "elements": total, "mismatches": bad,
+                       "seconds": time.time() - t0,
+                       "first": None if first is None else {"case": first.case.label(), **first.detail}},
+                      fh, indent=2, default=str)
+    if first is not None:
+        console.print(f"first mismatch: case {first.case.label()}", style="red")
+        for k, v in first.detail.get("first", {}).items():
+            console.print(f"  {k}: {v}", style="red")
+        return 1
+    console.print(f"all {total} elements match bit for bit", style="green")
+    return 0

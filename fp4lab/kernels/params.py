@@ -1,0 +1,205 @@
+"""Host-side derivation of the constants a Triton kernel needs from a ``QuantFormat`` (no triton import here).
+
+Kernels never see a format's name: they get threshold/level/code tables (small arrays) and integer/float
+constants, all derived below from the format model, so a grid defined in a spec file runs without new kernel code.
+
+Element rounding (deterministic modes) is ``count(t >= thr)`` over a threshold table, as in the reference:
+
+* path 2 (signed): ``idx = count(t >= thr)`` over the signed table, code ``= ctab[idx + signbit(t) * n_levels]``;
+* path 1 (magnitude): for sign-symmetric grids whose negative-side thresholds mirror the positive ones,
+  ``m = count(|t| >= mthr)`` (the strict negative-side comparison ``t < thr`` becomes ``|t| >= nextup(-thr)``),
+  code ``= ctab[m + signbit(t) * (z + 1)]`` with z the index of level 0;
+* path 0: path 1 where the codes are sign-magnitude (``code = m | signbit * sign_or``): no table lookup.
+
+Stochastic rounding always uses the signed levels (``p = (t - lo) / (hi - lo)`` is not sign-symmetric in fp32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fp4lab.errors import InputError
+from fp4lab.formats.grids import FloatGrid, IntGrid
+from fp4lab.formats.quant_format import QuantFormat
+
+F32 = np.float32
+
+
+def _nextup(v: np.ndarray) -> np.ndarray:
+    return np.nextafter(v.astype(F32), F32(np.inf)).astype(F32)
+
+
+def _pow2_ok(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+@dataclass
+class ElementParams:
+    """Tables and constants for rounding float32 ``t`` onto the element grid with one rounding mode."""
+
+    path: int  # 0 sign-magnitude, 1 magnitude + table, 2 signed + table; SR uses levels/ctab_signed
+    thr: np.ndarray  # float32 thresholds for ``path``
+    ctab: np.ndarray  # int32 code table for ``path``
+    half: int  # offset of the negative half in ``ctab``
+    sign_or: int
+    levels: np.ndarray  # float32 signed levels (SR)
+    ctab_signed: np.ndarray  # int32 [cpos, cneg] (SR)
+    values: np.ndarray  # float32 value of every code (4-over-6 error, dequantize)
+    nan_code: int
+    overflow: int  # 0 saturate, 1 nan, 2 inf
+    overflow_thr: float
+    ovf_nan: int
+    inf_pos: int
+    inf_neg: int
+
+
+def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
+    from fp4lab.emulator.ref_encode import nan_element_code
+
+    g = fmt.element
+    if g.bits > 8:
+        raise InputError(f"kernels: format '{fmt.name}' has {g.bits}-bit element codes; the Triton kernels support up to 8")
+    lv = g.levels.astype(F32)
+    cpos = g.level_codes_pos.astype(np.int32)
+    cneg = g.level_codes_neg.astype(np.int32)
+    n = lv.size
+    signed_tab = np.concatenate([cpos, cneg]).astype(np.int32)
+    det_mode = "rtne" if mode == "sr" else mode
+    thr = g.thresholds(det_mode).astype(F32)
+    z = int(np.searchsorted(g.levels, 0.0))
+    path, mthr, mtab, half, sign_or = 2, thr, signed_tab, n, 0
+    if g.is_sign_symmetric and z == n - 1 - z:
+        pos = thr[z:]
+        neg = _nextup(-thr[:z][::-1])
+        if np.array_equal(pos.view(np.uint32), neg.view(np.uint32)):
+            mpos = cpos[z:]
+            mneg = cneg[z::-1]
+            mtab = np.concatenate([mpos, mneg]).astype(np.int32)
+            path, mthr, half = 1, pos, z + 1
+            m = np.arange(z + 1)
+            for so in (1 << (g.bits - 1),):
+                if np.array_equal(mpos, m) and np.array_equal(mneg, m | so):
+                    path, sign_or = 0, so
+    vals = g.values.astype(F32)
+    inf = g.inf_codes or (0, 0)
+    return ElementParams(
+        path=path, thr=np.ascontiguousarray(mthr), ctab=mtab, half=half, sign_or=sign_or,
+        levels=lv, ctab_signed=signed_tab, values=vals,
+        nan_code=nan_element_code(g, fmt.nan_element),
+        overflow={"saturate": 0, "nan": 1, "inf": 2}[fmt.overflow],
+        overflow_thr=float(g.overflow_threshold), ovf_nan=int(g.nan_code or 0), inf_pos=inf[0], inf_neg=inf[1],
+    )
+
+
+@dataclass
+class ScaleParams:
+    """Constants for choosing, encoding and decoding block scales."""
+
+    method: int  # 0 none, 1 amax family, 2 exponent rule (floor/ceil/even)
+    exp_mode: int = 0  # 0 floor, 1 ceil, 2 even
+    even_add: int = 0
+    emax: int = 0
+    skind: int = 0  # 0 pow2, 1 float table, 2 fp32, 3 bf16
+    sround: int = 0  # 0 rtne, 1 ceil, 2 floor
+    sbias: int = 0
+    snan: int = 0  # pow2 NaN code / float-table NaN code
+    targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
+    inv_targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
+    sdiv: bool = True
+    two_level: bool = False
+    ts_den: float = 1.0
+    min_scale: float | None = None
+    max_scale: float | None = None
+    stab: np.ndarray = field(default_factory=lambda: np.zeros(1, F32))  # float-table encode thresholds/levels
+    strict: bool = False
+    scpos: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int32))
+    smax: float = 0.0
+    svals: np.ndarray = field(default_factory=lambda: np.zeros(1, F32))  # decoded value of every scale code
+    zero_code: int = -1
+    inf_code: int = 0
+    nan_code: int = 0
+    nan_prop: bool = True
+    ediv: bool = True  # element scaling x / S (else x * (1/S))
+    div_pow2: bool = False  # x / S == x * (1/S) exactly (single-level pow2 scales)
+    encode: bool = False  # TransformerEngine "encode" arithmetic (g = target*smax/amax_t, t = x * min(1/(S*ts), FLT_MAX))
+
+
+def scale_params(fmt: QuantFormat) -> ScaleParams:
+    from fp4lab.emulator.ref_quantize import _special_code
+
+    rule, sfmt = fmt.scale_rule, fmt.scale
+    if rule.method == "none":
+        return ScaleParams(method=0)
+    p = ScaleParams(method=2 if rule.method in ("floor", "ceil", "even") else 1)
+    p.skind = {"pow2": 0, "float": 1, "fp32": 2, "bf16": 3}[sfmt.kind]
+    p.sbias = sfmt.exponent_bias if sfmt.kind in ("pow2", "float") else 0
+    if p.method == 2:
+        p.exp_mode = {"floor": 0, "ceil": 1, "even": 2}[rule.method]
+        if rule.method == "even":
+            p.even_add = 1 << (22 - fmt.element.mantissa_bits)
+        p.emax = fmt.emax_elem
+    p.sround = {"rtne": 0, "ceil": 1, "floor": 2}[rule.effective_rounding]
+    if sfmt.kind == "pow2":
+        p.snan = sfmt.pow2_nan_code
+    tg = np.array(fmt.targets, dtype=np.float64)
+    p.targets = tg.astype(F32)
+    p.inv_targets = (F32(1.0) / tg.astype(F32)).astype(F32)
+    p.sdiv = rule.scale_division == "divide"
+    p.two_level = fmt.tensor_scale != "none"
+    if p.two_level:
+        smax = rule.max_scale or sfmt.max
+        p.ts_den = float(F32(fmt.targets[0] * smax))
+    p.min_scale = None if rule.min_scale is None else float(F32(rule.min_scale))
+    p.max_scale = None if rule.max_scale is None else float(F32(rule.max_scale))
+    if sfmt.kind == "float":
+        grid = sfmt.grid
+        lv = grid.levels.astype(F32)
+        nonneg = lv >= 0
+        lvn = lv[nonneg]
+        p.scpos = grid.level_codes_pos[nonneg].astype(np.int32)
+        p.smax = float(lvn[-1])
+        p.snan = int(grid.nan_code or 0)
+        r = rule.effective_rounding
+        if r == "rtne":
+            p.stab = grid.thresholds("rtne")[lv[:-1] >= 0].astype(F32)
+        elif r == "ceil":
+            p.stab, p.strict = lvn.copy(), True
+        else:
+            p.stab = lvn[1:].copy()
+    if sfmt.kind in ("pow2", "float"):
+        p.svals = sfmt.decode(np.arange(1 << sfmt.bits)).astype(F32)
+    if rule.zero_block != "as_computed":
+        p.zero_code = _special_code(sfmt, rule.zero_block)
+    p.inf_code = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+    p.nan_code = _special_code(sfmt, "nan")
+    p.nan_prop = rule.nan_policy == "propagate"
+    p.ediv = rule.element_scaling == "divide"
+    p.encode = rule.scale_arithmetic == "encode"
+    p.div_pow2 = p.ediv and sfmt.kind == "pow2" and not p.two_level and not p.encode
+    return p
+
+
+def block_extents(fmt: QuantFormat) -> tuple[int, int]:
+    """(rows, cols) of one block in the kernel's [M, K] view: (1, k) for 1-D blocks, (r, c) for 2-D tiles."""
+    if fmt.block is None:
+        return 1, 1
+    shape = list(fmt.block.shape)
+    tr, tc = (shape if len(shape) == 2 else [1, shape[0]])
+    for e in (tr, tc):
+        if not _pow2_ok(e):
+            raise InputError(f"kernels: format '{fmt.name}' block extent {e} is not a power of two; "
+                             "the Triton kernels need power-of-two blocks (use the CPU emulator)")
+    return tr, tc
+
+
+def gemm_decode_kind(fmt: QuantFormat) -> tuple[int, int, int, int, float]:
+    """(kind, e_bits, m_bits, bias, step) for in-register decoding of element codes in the GEMM:
+    kind 0 sign-magnitude float without specials, 1 two's-complement int times step, 2 table lookup."""
+    g = fmt.element
+    if isinstance(g, FloatGrid) and g.signed and g.specials == "none" and g.subnormals:
+        return 0, g.exponent_bits, g.mantissa_bits, g.exponent_bias, 0.0
+    if isinstance(g, IntGrid):
+        return 1, g.bits, 0, 0, float(g.step)
+    return 2, 0, 0, 0, 0.0

@@ -1,0 +1,358 @@
+"""Triton quantize kernel: any registry/spec format, 1-D blocks along any axis or 2-D tiles, every rounding mode
+(deterministic threshold tables and stochastic rounding), optional fused RHT, plain or packed codes.
+
+The kernel sees a tensor as a logical [M, K] matrix whose K axis is the blocked (and rotated) axis: element
+(r, k) lives at flat index ``(r // INNER) * K * INNER + k * INNER + r % INNER`` of the C-contiguous input
+(``INNER`` = product of the axes after the blocked one; 1 for the last axis and for 2-D tiles). The flat index
+also feeds the SR contract: element i uses word i % 4 of ``tl.randint4x(seed, i // 4)`` >> 8. Arithmetic follows
+``fp4lab.emulator.ref_quantize`` step by step (see tile.py for the bit-exactness rules).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from fp4lab.kernels.tile import (
+    FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_sr, f32_of, is_finite,
+    load_f32, philox_bits24, rht_tile,
+)
+
+
+@triton.jit
+def _blocks(v, BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr):
+    if TWO_D:
+        return tl.reshape(v, [BM // TR, TR, BK // TC, TC])
+    else:
+        return tl.reshape(v, [BM, BK // TC, TC])
+
+
+@triton.jit
+def _bmax(vb, TWO_D: tl.constexpr):
+    if TWO_D:
+        return tl.max(tl.max(vb, axis=3), axis=1)
+    else:
+        return tl.max(vb, axis=2)
+
+
+@triton.jit
+def _expand(s, TWO_D: tl.constexpr):
+    if TWO_D:
+        return s[:, None, :, None]
+    else:
+        return s[:, :, None]
+
+
+@triton.jit
+def _bsum_ordered(sq, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr):
+    """fp32 sum of each block's values in element order (row-major within a tile), one rounding per addition.
+    Each step adds one element picked out by a masked tl.sum over zeros, which is exact."""
+    if TWO_D:
+        ia = tl.arange(0, TR)[None, :, None, None]
+        ib = tl.arange(0, TC)[None, None, None, :]
+        err = tl.sum(tl.sum(tl.where((ia == 0) & (ib == 0), sq, 0.0), axis=3), axis=1)
+        for j in range(1, TR * TC):
+            err = err + tl.sum(tl.sum(tl.where((ia == j // TC) & (ib == j % TC), sq, 0.0), axis=3), axis=1)
+    else:
+        ib = tl.arange(0, TC)[None, None, :]
+        err = tl.sum(tl.where(ib == 0, sq, 0.0), axis=2)
+        for j in range(1, TC):
+            err = err + tl.sum(tl.where(ib == j, sq, 0.0), axis=2)
+    return err
+
+
+@triton.jit
+def _encode(t, rnd, thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr,
+            nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+            PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr):
+    if SR:
+        code = encode_sr(t, rnd, lvl_ptr, n_lvl, sctab_ptr, SZ_POS)
+    else:
+        code = encode_det(t, thr_ptr, n_thr, ctab_ptr, half, PATH, SIGN_OR, SZ_POS)
+    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF)
+
+
+@triton.jit
+def _candidate(xb, rb, amax, zero, has_inf, has_nan, ts, g, target, inv_target,
+               thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+               inf_neg, stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr, min_s, max_s, zero_code, inf_code,
+               snan_code, TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr,
+               SR: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
+               EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
+               SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
+               HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
+               EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr):
+    """(element codes, scale codes, decoded scales) of blocks ``xb`` for one amax target."""
+    sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, n_stab, scpos_ptr, n_scpos,
+                           METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
+                           HAS_MIN, HAS_MAX, STRICT, SMAXV, ENCODE)
+    if HAS_ZB:
+        sc = tl.where(zero, zero_code, sc)
+    sc = tl.where(has_inf, inf_code, sc)
+    sc = tl.where(has_nan, snan_code, sc)
+    S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+    one = tl.full(S.shape, 1.0, tl.float32)
+    if ENCODE:
+        if TWO_LEVEL:
+            r = tl.minimum(tl.div_rn(one, S * ts), FLT_MAX)
+        else:
+            r = tl.minimum(tl.div_rn(one, S), FLT_MAX)
+        t = xb * _expand(r, TWO_D)
+    elif DIV_POW2:
+        t = xb * _expand(tl.div_rn(one, S), TWO_D)
+    elif EDIV:
+        if TWO_LEVEL:
+            den = S * ts
+        else:
+            den = S
+        t = tl.div_rn(xb, tl.broadcast_to(_expand(den, TWO_D), xb.shape))
+    else:
+        if TWO_LEVEL:
+            r = tl.div_rn(tl.div_rn(one, one * ts), S)
+        else:
+            r = tl.div_rn(one, S)
+        t = xb * _expand(r, TWO_D)
+    if not ENCODE:
+        t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
+    cb = _encode(t, rb, thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr,
+                 nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, PATH, SIGN_OR, OVF, SR, SZ_POS)
+    return cb, sc, S
+
+
+@triton.jit
+def _sq_error(xb, cb, S, ts, vals_ptr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+              TWO_LEVEL: tl.constexpr):
+    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2."""
+    deq = tl.load(vals_ptr + cb) * _expand(S, TWO_D)
+    if TWO_LEVEL:
+        deq = deq * ts
+    diff = deq - xb
+    return _bsum_ordered(diff * diff, TR, TC, TWO_D)
+
+
+@triton.jit
+def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
+                 BM: tl.constexpr, BK: tl.constexpr, IN_KIND: tl.constexpr, INNER1: tl.constexpr,
+                 RHT_N: tl.constexpr):
+    """part[pid] = max of the finite |x| (after the optional RHT) over this program's tile (0 if none)."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = pid_k * BK + tl.arange(0, BK)
+    if INNER1:
+        addr = rows[:, None] * K + cols[None, :]
+    else:
+        addr = (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    x = load_f32(x_ptr, addr, mask, IN_KIND)
+    if RHT_N > 0:
+        x = rht_tile(x, signs_ptr, cols, rscale, BM, BK, RHT_N, False)
+    a = tl.where(is_finite(x), tl.abs(x), 0.0)
+    tl.store(part_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(tl.max(a, axis=1), axis=0))
+
+
+@triton.jit
+def _quantize_kernel(
+    x_ptr, codes_ptr, sc_ptr, s_ptr, amax_ptr, ts_ptr,
+    thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, vals_ptr,
+    nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+    tg_ptr, itg_ptr, n_tg, stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr,
+    ts_den, min_s, max_s, zero_code, inf_code, snan_code,
+    signs_ptr, rscale, M, K, INNER, seed,
+    BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+    IN_KIND: tl.constexpr, INNER1: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
+    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, FAST_RAND: tl.constexpr,
+    RHT_N: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
+    EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
+    SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
+    STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
+    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, MULTI: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = pid_k * BK + tl.arange(0, BK)
+    if INNER1:
+        addr = rows[:, None] * K + cols[None, :]
+    else:
+        addr = (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    x = load_f32(x_ptr, addr, mask, IN_KIND)
+    if RHT_N > 0:
+        x = rht_tile(x, signs_ptr, cols, rscale, BM, BK, RHT_N, False)
+    if SR:
+        rnd = philox_bits24(seed, addr, rows, pid_k * BK, K, BM, BK, FAST_RAND)
+    else:
+        rnd = addr
+    if METHOD == 0:
+        codes = _encode(x, rnd, thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr,
+                        nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, PATH, SIGN_OR, OVF, SR, SZ_POS)
+    else:
+        ts = 1.0
+        g = 1.0
+        if TWO_LEVEL:
+            amax_t = tl.load(amax_ptr)
+            if ENCODE:
+                g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX), 1.0)
+                g = tl.where(g > 0.0, g, 1.0)
+                ts = tl.div_rn(1.0, g)
+            else:
+                ts = tl.div_rn(amax_t, ts_den)
+                ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
+            if (pid_m == 0) & (pid_k == 0):
+                tl.store(ts_ptr, ts)
+        xb = _blocks(x, BM, BK, TR, TC, TWO_D)
+        rb = _blocks(rnd, BM, BK, TR, TC, TWO_D)
+        amax = _bmax(tl.where(is_finite(xb), tl.abs(xb), 0.0), TWO_D)
+        has_inf = _bmax(tl.where(tl.abs(xb) == float("inf"), 1, 0), TWO_D) > 0
+        if NAN_PROP:
+            has_nan = _bmax(tl.where(xb != xb, 1, 0), TWO_D) > 0
+        else:
+            has_nan = amax != amax
+        zero = (amax == 0.0) & (~has_nan) & (~has_inf)
+        best_c, best_sc, best_S = _candidate(
+            xb, rb, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr),
+            thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+            stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
+            TWO_D, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
+            TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
+        if MULTI:
+            best_err = _sq_error(xb, best_c, best_S, ts, vals_ptr, TR, TC, TWO_D, TWO_LEVEL)
+            for ti in range(1, n_tg):
+                cb, sc, S = _candidate(
+                    xb, rb, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti),
+                    thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                    inf_neg, stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr, min_s, max_s, zero_code, inf_code,
+                    snan_code, TWO_D, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
+                    SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
+                err = _sq_error(xb, cb, S, ts, vals_ptr, TR, TC, TWO_D, TWO_LEVEL)
+                take = err < best_err
+                best_c = tl.where(_expand(take, TWO_D), cb, best_c)
+                best_sc = tl.where(take, sc, best_sc)
+                best_S = tl.where(take, S, best_S)
+                best_err = tl.where(take, err, best_err)
+        codes = tl.reshape(best_c, [BM, BK])
+        if TWO_D:
+            srows = pid_m * (BM // TR) + tl.arange(0, BM // TR)
+            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
+            saddr = srows[:, None] * (K // TC) + scols[None, :]
+            smask = (srows < M // TR)[:, None] & (scols < K // TC)[None, :]
+        else:
+            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
+            if INNER1:
+                saddr = rows[:, None] * (K // TC) + scols[None, :]
+            else:
+                saddr = ((rows // INNER)[:, None] * ((K // TC) * INNER) + scols[None, :] * INNER
+                         + (rows % INNER)[:, None])
+            smask = (rows < M)[:, None] & (scols < K // TC)[None, :]
+        tl.store(sc_ptr + saddr, best_sc, mask=smask)
+        if STORE_S:
+            tl.store(s_ptr + saddr, best_S, mask=smask)
+    if PACK:
+        pc = tl.reshape(codes, [BM, BK // 2, 2])
+        lo, hi = tl.split(pc)
+        pcols = pid_k * (BK // 2) + tl.arange(0, BK // 2)
+        tl.store(codes_ptr + rows[:, None] * (K // 2) + pcols[None, :], lo | (hi << 4),
+                 mask=(rows < M)[:, None] & (pcols < K // 2)[None, :])
+    else:
+        tl.store(codes_ptr + addr, codes, mask=mask)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# host side
+
+
+def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_d: bool) -> tuple[int, int]:
+    """(BM, BK): powers of two, BK a multiple of the block width and the RHT size, BM of the tile height."""
+    per_prog = 1 << 16 if interp else 1 << 12
+    bk = max(tc, rht_n, 2, min(triton.next_power_of_2(K), 256 if not interp else 4096))
+    bm = max(tr, 1, min(triton.next_power_of_2(max(M, 1)), max(per_prog // bk, 1)))
+    return bm, bk
+
+
+def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
+                    tensor_amax=None, store_scales=True, tile=None):
+    """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
+
+    Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
+    two per byte along the last axis, only when blocks run along the last axis), scale codes (uint8, uint16
+    bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
+    ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``tile`` = (BM, BK).
+    """
+    import torch
+
+    from fp4lab.emulator.blocks import BlockView
+    from fp4lab.emulator.ref_quantize import check_rounding
+    from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
+    from fp4lab.errors import InputError
+    from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view
+    from fp4lab.kernels.params import block_extents, element_params, scale_params
+
+    mode = check_rounding(rounding, fmt)
+    xin, in_kind = kernel_input(x, "quantize")
+    shape = tuple(x.shape)
+    view = BlockView.for_format(shape, fmt, axis)
+    two_d = fmt.block is not None and fmt.block.is_2d
+    tr, tc = block_extents(fmt)
+    mv = matrix_view(shape, view.axis, two_d)
+    rht_n = 0
+    if rht is not None:
+        rht_n = _check_size(rht)
+        if mv.K % rht_n:
+            raise InputError(f"rht: axis {view.axis} has length {mv.K}, which is not a multiple of size={rht_n}")
+    dev = x.device
+    ep = element_params(fmt, mode)
+    sp = scale_params(fmt)
+    interp = interpreting()
+    bm, bk = tile if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interp, two_d)
+    if bk % tc or bm % tr or (rht_n and bk % rht_n):
+        raise InputError(f"quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT size")
+    inner1 = mv.inner == 1
+    if packed and (not inner1 or mv.K % 2 or fmt.element.bits > 4):
+        raise InputError("quantize: packed output needs 4-bit codes blocked along the last axis (even length)")
+    grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
+    f32 = torch.float32
+    signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
+    rscale = float(rht_scale(rht_n)) if rht_n else 1.0
+    opts = {"enable_fp_fusion": False} if not interp else {}
+    amax_buf = torch.zeros(1, dtype=f32, device=dev)
+    if sp.two_level:
+        if tensor_amax is not None:
+            amax_buf = tensor_amax.reshape(1).to(f32)
+        elif mv.M * mv.K:
+            part = torch.empty(grid[0] * grid[1], dtype=f32, device=dev)
+            _amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk, IN_KIND=in_kind,
+                               INNER1=inner1, RHT_N=rht_n, **opts)
+            amax_buf = part.max().reshape(1)
+    sdtype = {0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16}[sp.skind] if sp.method else torch.uint8
+    sshape = view.scale_shape if sp.method else (0,)
+    codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
+    scodes = torch.empty(sshape, dtype=sdtype, device=dev)
+    scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
+    ts_out = torch.ones(1, dtype=f32, device=dev)
+    fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
+    if mv.M * mv.K:
+        _quantize_kernel[grid](
+            xin, codes, scodes, scales, amax_buf, ts_out,
+            device_array(ep.thr, dev), int(ep.thr.size), device_array(ep.ctab, dev), ep.half,
+            device_array(ep.levels, dev), int(ep.levels.size), device_array(ep.ctab_signed, dev),
+            device_array(ep.values, dev),
+            ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
+            device_array(sp.targets, dev), device_array(sp.inv_targets, dev), int(sp.targets.size),
+            device_array(sp.stab, dev), int(sp.stab.size), device_array(sp.scpos, dev), int(sp.scpos.size),
+            device_array(sp.svals, dev),
+            sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
+            signs, rscale, mv.M, mv.K, mv.inner, int(seed),
+            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, PACK=packed,
+            STORE_S=bool(sp.method and store_scales), PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow,
+            SR=mode == "sr", FAST_RAND=fast_rand, RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode,
+            EVEN_ADD=sp.even_add, EMAX=sp.emax, SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan,
+            SDIV=sp.sdiv, TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None,
+            HAS_MAX=sp.max_scale is not None, STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0,
+            NAN_PROP=sp.nan_prop, EDIV=sp.ediv, DIV_POW2=sp.div_pow2, MULTI=sp.targets.size > 1,
+            ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive", **opts)
+    if sp.skind == 3 and sp.method:
+        scodes = scodes.view(torch.uint16)
+    ts = ts_out.reshape(()) if sp.two_level else None
+    return codes, scodes, scales, ts, view.axis, mode

@@ -1,0 +1,267 @@
+"""Triton device helpers shared by the kernels: bit tricks, table counts, element/scale encoding, RHT butterflies.
+
+Everything here is bit-exact between the GPU and ``TRITON_INTERPRET=1``: integer/bit operations, IEEE fp32
+add/mul/compare, ``tl.div_rn`` (never ``/``), table lookups with ``tl.load``; no ``.to(bf16/fp8)``, no libdevice,
+no ``tl.sum``/``tl.dot`` on inexact data. Kernels are launched with ``enable_fp_fusion=False`` so no ``a*b+c`` is
+contracted to an FMA.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
+
+
+@triton.jit
+def bits_of(x):
+    return x.to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def f32_of(b):
+    return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def is_finite(x):
+    return (bits_of(x) & 0x7F800000) != 0x7F800000
+
+
+@triton.jit
+def sign_bit(x):
+    """int32 0/1: the sign bit of fp32 ``x`` (1 for -0.0 and negative NaN too)."""
+    return (bits_of(x) >> 31) & 1
+
+
+@triton.jit
+def negative(t, SZ_POS: tl.constexpr):
+    """int32 0/1: which code column (negative side) a result takes; SZ_POS: t < 0, else the sign bit."""
+    if SZ_POS:
+        return (t < 0.0).to(tl.int32)
+    else:
+        return sign_bit(t)
+
+
+@triton.jit
+def load_f32(ptr, offs, mask, IN_KIND: tl.constexpr):
+    """Load as fp32: IN_KIND 0 fp32, 1 bf16 (read as int16 bit patterns, widened by a shift: exact, also for
+    subnormals, unlike the interpreter's bf16 cast), 2 fp16."""
+    if IN_KIND == 1:
+        b = tl.load(ptr + offs, mask=mask, other=0)
+        return f32_of(b.to(tl.int32) << 16)
+    elif IN_KIND == 2:
+        return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        return tl.load(ptr + offs, mask=mask, other=0.0)
+
+
+@triton.jit
+def count_ge(v, tab_ptr, n):
+    """int32 count of j < n with v >= tab[j] (NaN counts nothing)."""
+    c = tl.full(v.shape, 0, tl.int32)
+    for j in range(n):
+        c += (v >= tl.load(tab_ptr + j)).to(tl.int32)
+    return c
+
+
+@triton.jit
+def count_gt(v, tab_ptr, n):
+    """int32 count of j < n with v > tab[j]."""
+    c = tl.full(v.shape, 0, tl.int32)
+    for j in range(n):
+        c += (v > tl.load(tab_ptr + j)).to(tl.int32)
+    return c
+
+
+@triton.jit
+def encode_det(t, thr_ptr, n_thr, ctab_ptr, half, PATH: tl.constexpr, SIGN_OR: tl.constexpr,
+               SZ_POS: tl.constexpr):
+    """Element codes of fp32 ``t`` for a deterministic mode (see params.py for the three paths)."""
+    neg = negative(t, SZ_POS)
+    if PATH == 2:
+        idx = count_ge(t, thr_ptr, n_thr)
+        code = tl.load(ctab_ptr + idx + neg * half)
+    else:
+        m = count_ge(tl.abs(t), thr_ptr, n_thr)
+        if PATH == 0:
+            code = m | (neg * SIGN_OR)
+        else:
+            code = tl.load(ctab_ptr + m + neg * half)
+    return code
+
+
+@triton.jit
+def encode_sr(t, rand24, lvl_ptr, n_lvl, ctab_ptr, SZ_POS: tl.constexpr):
+    """Stochastic rounding: neighbours lo <= t < hi, p = div_rn(t - lo, hi - lo); up iff floor(p * 2^24) > rand24."""
+    neg = negative(t, SZ_POS)
+    k = count_ge(t, lvl_ptr, n_lvl) - 1
+    k = tl.minimum(tl.maximum(k, 0), n_lvl - 2)
+    lo = tl.load(lvl_ptr + k)
+    hi = tl.load(lvl_ptr + k + 1)
+    p = tl.div_rn(t - lo, hi - lo)
+    p = tl.where(p > 1.0, 1.0, tl.where(p > 0.0, p, 0.0))
+    f24 = (p * 16777216.0).to(tl.int32)
+    idx = k + (f24 > rand24).to(tl.int32)
+    idx = tl.where(t >= tl.load(lvl_ptr + n_lvl - 1), n_lvl - 1, tl.where(t <= tl.load(lvl_ptr), 0, idx))
+    return tl.load(ctab_ptr + idx + neg * n_lvl)
+
+
+@triton.jit
+def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF: tl.constexpr):
+    if OVF == 1:
+        code = tl.where(tl.abs(t) >= ovf_thr, ovf_nan, code)
+    elif OVF == 2:
+        code = tl.where(tl.abs(t) >= ovf_thr, tl.where(sign_bit(t) == 1, inf_neg, inf_pos), code)
+    return tl.where(t != t, nan_code, code)
+
+
+@triton.jit
+def pow2_exponent(v, SROUND: tl.constexpr):
+    """int32 exponent k of the power of two that v >= 0 rounds to (0 rtne / 1 ceil / 2 floor); zero -> -100000,
+    +Inf -> 100000 (NaN: caller's business)."""
+    sub = v < 1.1754943508222875e-38
+    w = tl.where(sub, v * 18446744073709551616.0, v)
+    b = bits_of(w)
+    fk = ((b >> 23) & 0xFF) - 127 - tl.where(sub, 64, 0)
+    mant = b & 0x7FFFFF
+    if SROUND == 1:
+        k = fk + (mant != 0).to(tl.int32)
+    elif SROUND == 2:
+        k = fk
+    else:
+        up = (mant > 0x400000) | ((mant == 0x400000) & ((fk & 1) != 0))
+        k = fk + up.to(tl.int32)
+    k = tl.where(v == 0.0, -100000, k)
+    return tl.where(is_finite(v), k, 100000)
+
+
+@triton.jit
+def decode_scale(code, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr):
+    """fp32 value of scale codes: pow2 2^(code - bias) built from bits (NaN code / exponent > 127 -> NaN),
+    float-table lookup, fp32 bits, bf16 bits."""
+    if SKIND == 0:
+        e = code - SBIAS
+        sh = tl.minimum(tl.maximum(e + 149, 0), 30)
+        b = tl.where(e >= -126, (e + 127) << 23, tl.where(e >= -149, 1 << sh, 0))
+        b = tl.where((code == SNAN) | (e > 127), 0x7FC00000, b)
+        return f32_of(b)
+    elif SKIND == 1:
+        return tl.load(svals_ptr + code)
+    elif SKIND == 2:
+        return f32_of(code)
+    else:
+        return f32_of(code << 16)
+
+
+@triton.jit
+def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, n_stab, scpos_ptr, n_scpos,
+                      METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr, EMAX: tl.constexpr,
+                      SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
+                      SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
+                      STRICT: tl.constexpr, SMAXV: tl.constexpr, ENCODE: tl.constexpr):
+    """int32 scale codes of finite block amaxes (policies applied by the caller)."""
+    if METHOD == 2:
+        b = bits_of(amax)
+        if EXP_MODE == 2:
+            b = (b + EVEN_ADD) & 0x7F800000
+        e = ((b >> 23) & 0xFF) - 127
+        if EXP_MODE == 1:
+            e += ((b & 0x7FFFFF) != 0).to(tl.int32)
+        code = tl.minimum(tl.maximum(e - EMAX + SBIAS, 0), SNAN - 1)
+    else:
+        if ENCODE:
+            ideal = tl.minimum(amax * (g * inv_target), FLT_MAX)
+        else:
+            if SDIV:
+                ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
+            else:
+                ideal = amax * inv_target
+            if TWO_LEVEL:
+                ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
+        if HAS_MIN:
+            ideal = tl.where(ideal < min_s, min_s, ideal)
+        if HAS_MAX:
+            ideal = tl.where(ideal > max_s, max_s, ideal)
+        if SKIND == 0:
+            k = pow2_exponent(ideal, SROUND)
+            code = tl.minimum(tl.maximum(k + SBIAS, 0), SNAN - 1)
+            code = tl.where(ideal != ideal, SNAN, code)
+        elif SKIND == 1:
+            c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
+            if STRICT:
+                idx = count_gt(c, stab_ptr, n_stab)
+            else:
+                idx = count_ge(c, stab_ptr, n_stab)
+            code = tl.load(scpos_ptr + tl.minimum(idx, n_scpos - 1))
+            code = tl.where(ideal != ideal, SNAN, code)
+        elif SKIND == 2:
+            code = bits_of(ideal)
+        else:
+            b = bits_of(ideal)
+            if SROUND == 0:
+                b = b + 0x7FFF + ((b >> 16) & 1)
+            elif SROUND == 1:
+                b = b + tl.where((b & 0xFFFF) != 0, 0x10000, 0)
+            code = tl.where(ideal != ideal, 0x7FC0, (b >> 16) & 0xFFFF)
+    return code
+
+
+@triton.jit
+def butterfly(v, R: tl.constexpr, C: tl.constexpr, H: tl.constexpr):
+    """One FWHT stage on v [R, C]: in each group of 2H consecutive columns, (a_j, a_{j+H}) -> (a + b, a - b)."""
+    w = tl.reshape(v, [R, C // (2 * H), 2, H])
+    w = tl.permute(w, [0, 1, 3, 2])
+    a, b = tl.split(w)
+    w = tl.join(a + b, a - b)
+    w = tl.permute(w, [0, 1, 3, 2])
+    return tl.reshape(w, [R, C])
+
+
+@triton.jit
+def fwht(v, R: tl.constexpr, C: tl.constexpr, N: tl.constexpr):
+    """Unnormalized Walsh-Hadamard transform of every N-column chunk of v [R, C]; stages H = 1, 2, ..., N/2."""
+    if N >= 2:
+        v = butterfly(v, R, C, 1)
+    if N >= 4:
+        v = butterfly(v, R, C, 2)
+    if N >= 8:
+        v = butterfly(v, R, C, 4)
+    if N >= 16:
+        v = butterfly(v, R, C, 8)
+    if N >= 32:
+        v = butterfly(v, R, C, 16)
+    if N >= 64:
+        v = butterfly(v, R, C, 32)
+    if N >= 128:
+        v = butterfly(v, R, C, 64)
+    if N >= 256:
+        v = butterfly(v, R, C, 128)
+    return v
+
+
+@triton.jit
+def rht_tile(v, signs_ptr, cols, rscale, R: tl.constexpr, C: tl.constexpr, N: tl.constexpr, INVERSE: tl.constexpr):
+    """Forward ``c * FWHT(s * v)`` or inverse ``s * (c * FWHT(v))`` of the N-chunks of v along columns ``cols``."""
+    s = tl.load(signs_ptr + (cols % N))[None, :]
+    if INVERSE:
+        return (fwht(v, R, C, N) * rscale) * s
+    else:
+        return fwht(v * s, R, C, N) * rscale
+
+
+@triton.jit
+def philox_bits24(seed, addr, rows, k0, K, R: tl.constexpr, C: tl.constexpr, FAST: tl.constexpr):
+    """24 random bits per element (int32): word (i % 4) of randint4x(seed, i // 4) >> 8 for flat index i = addr.
+    FAST (rows contiguous, K % 4 == 0, k0 % 4 == 0): one Philox call per 4 consecutive elements."""
+    if FAST:
+        g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C // 4))[None, :]
+        w0, w1, w2, w3 = tl.randint4x(seed, g)
+        w = tl.join(tl.join(w0, w2), tl.join(w1, w3))
+        r = tl.reshape(w, [R, C])
+    else:
+        w0, w1, w2, w3 = tl.randint4x(seed, addr // 4)
+        j = addr % 4
+        r = tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3)))
+    return (r >> 8).to(tl.int32)
