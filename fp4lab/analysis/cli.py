@@ -104,6 +104,54 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
         console.print(f"grid plot written to {plot}")
 
 
+def search_main(args: argparse.Namespace) -> int:
+    """Handler of ``fp4lab search-grids``."""
+    from fp4lab.analysis.search import SCHEMES, post_rht_data, run_search
+
+    schemes = tuple(args.scheme.split(",")) if args.scheme else SCHEMES
+    for sch in schemes:
+        if sch not in SCHEMES:
+            print(f"search-grids: unknown scheme '{sch}'; use {', '.join(SCHEMES)}", file=sys.stderr)
+            return 2
+    x = post_rht_data(tuple(args.dist) if args.dist else post_rht_data.__defaults__[0], shape=args.shape,
+                      rht=args.rht, seed=args.seed)
+    steps = sum(4 if sch == "e8m0" else 1 for sch in schemes)
+    ctx, advance = _progress(steps, not args.json and sys.stderr.isatty(), "search-grids")
+    with ctx:
+        result = run_search(x, lattice=args.lattice, schemes=schemes, progress=advance)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for sch, res in result["schemes"].items():
+        refs: dict[str, Any] = {}
+        for r in res["named"]:  # best SQNR first: keep each reference grid's best top level
+            if r["name"] in ("e2m1", "e1m2/int4", "lloyd-max"):
+                refs.setdefault(r["name"], r)
+        table = Table(title=f"scale {sch}: Pareto front of SQNR vs |bias| ({res['n_grids']} grids, "
+                      f"{result['n_samples']} post-RHT samples)", title_justify="left", box=box.SIMPLE_HEAD,
+                      show_edge=False, pad_edge=False, collapse_padding=True)
+        for col in ("grid", "interior magnitudes", "top", "SQNR", "bias", "α"):
+            table.add_column(col, justify="left" if col in ("grid", "interior magnitudes") else "right",
+                             no_wrap=True)
+        rows = res["front"] + [dict(r, name=f"[dim]{r['name']} (ref)[/]") for r in refs.values()]
+        for r in rows:
+            table.add_row(r["name"], " ".join(f"{m:.2f}"[1:] for m in r["magnitudes"][1:-1]),
+                          _fmt(r["top"], "g"), f"{r['sqnr_db']:.2f}", f"{r['bias']:+.5f}", f"{r['alpha']:.4f}")
+        console.print(table)
+        gaps = [abs(r["verified_sqnr_db"] - r["sqnr_db"]) for r in res["front"] if "verified_sqnr_db" in r]
+        if gaps:
+            console.print(f"front re-measured with fp4lab.quantize: SQNR within {max(gaps):.4f} dB")
+    console.print("Grids: m_0 = 0 < ... < m_7 = 1; bias: mean signed error of |x|/s in units of the top level; "
+                  "SQNR (dB) on post-RHT data; top: the top level's mantissa under E8M0. "
+                  "Findings: docs/grid_search.md.")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add the analysis subcommands to an ``argparse`` subparsers object."""
     from fp4lab.analysis.compare import DEFAULT_FORMATS, DEFAULT_RHT, DEFAULT_SHAPE
@@ -129,3 +177,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of each grid's levels, bins and bias")
     p.set_defaults(func=compare_main)
+
+    p = subparsers.add_parser(
+        "search-grids", help="search symmetric 16-code grids: Pareto front of SQNR vs |shrinkage bias| after RHT",
+        description="Evaluate every grid on a fine lattice plus parameterized families (power, normal-quantile, "
+        "two-slope, Lloyd-Max) on post-RHT data under FP32, E4M3 and E8M0 block scales; print each scheme's "
+        "Pareto front. Method: fp4lab.analysis.search; findings: docs/grid_search.md.")
+    p.add_argument("--lattice", type=int, default=32, help="interior magnitudes on k/L, L a power of two (default 32)")
+    p.add_argument("--scheme", default=None, help="comma-separated subset of fp32,e4m3,e8m0 (default: all)")
+    p.add_argument("--dist", nargs="+", metavar="SPEC", help="input distributions (default: the compare defaults)")
+    p.add_argument("--shape", type=_shape, default=(64, 1024), help="per-distribution shape (default 64x1024)")
+    p.add_argument("--rht", type=int, default=16, help="RHT size applied to the data (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    p.set_defaults(func=search_main)
