@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -152,6 +153,36 @@ def search_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def conformance_main(args: argparse.Namespace) -> int:
+    """Handler of ``fp4lab conformance``."""
+    from fp4lab.analysis.conformance import LIVE_CHECKS, write_vectors
+    from fp4lab.formats.registry import BUILTIN_NAMES
+
+    formats = tuple(args.formats) if args.formats else BUILTIN_NAMES
+    ctx, advance = _progress(len(formats) + len(LIVE_CHECKS), not args.json and sys.stderr.isatty(), "conformance")
+    with ctx:
+        index = write_vectors(args.out, formats, progress=advance)
+    rows = json.loads((Path(args.out) / "library_agreement.json").read_text())
+    if args.json:
+        print(json.dumps({"out": str(args.out), "formats": list(index["formats"]), "agreement": rows}, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="library agreement (bit for bit, codes and scale codes)", title_justify="left")
+    for col in ("format", "rounding", "library", "status", "cases matching"):
+        table.add_column(col)
+    for r in rows:
+        n = sum(v == "match" for v in r["cases"].values())
+        table.add_row(r["format"], r["rounding"], r["library"], r["status"],
+                      f"{n}/{len(r['cases'])}" if r["cases"] else "—")
+    console.print(table)
+    console.print(f"golden vectors for {len(index['formats'])} formats x {len(index['roundings'])} roundings x "
+                  f"{len(index['cases'])} cases written to {args.out} (index.json, library_agreement.md)")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add the analysis subcommands to an ``argparse`` subparsers object."""
     from fp4lab.analysis.compare import DEFAULT_FORMATS, DEFAULT_RHT, DEFAULT_SHAPE
@@ -191,3 +222,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
     p.set_defaults(func=search_main)
+
+    p = subparsers.add_parser(
+        "conformance", help="write golden vectors for every built-in format and a library-agreement table",
+        description="Write <format>.npz golden vectors (inputs, codes, scale codes, tensor scale, dequantized "
+        "values; every rounding mode and edge case), index.json, and library_agreement.{json,md} comparing the "
+        "built-ins bit for bit with ml_dtypes and torchao where installed. Layout: fp4lab.analysis.conformance.")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument("formats", nargs="*", metavar="FORMAT", help="subset of built-in formats (default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary only")
+    p.set_defaults(func=conformance_main)

@@ -1,0 +1,250 @@
+"""Golden vectors for every built-in format, rounding mode and edge case, and a library-agreement table.
+
+``write_vectors(out_dir)`` writes, per built-in format, ``<format>.npz`` (``numpy.savez_compressed``) with keys
+
+* ``<case>__input``                     float32 input bits as uint32, shape ``CASE_SHAPE`` (16 x 64, blocks along
+  the last axis; 2-D tile formats use 16 x 16 tiles);
+* ``<case>__<rounding>__codes``         uint8 element codes (unpacked, one per input element);
+* ``<case>__<rounding>__scale_codes``   stored block-scale codes (uint8, or uint32 bits for FP32 scales);
+* ``<case>__<rounding>__tensor_scale``  float32 bits as uint32 ``[1]`` (``[0]`` if the format has none);
+* ``<case>__<rounding>__dequantized``   ``fp4lab.dequantize`` output, float32 bits as uint32;
+
+for ``rounding`` in ``ROUNDINGS`` (``sr`` uses ``seed = SR_SEED``; see docs/numerics.md for the random bits), plus
+``index.json`` (formats with their full specs, cases with descriptions, conventions) and ``library_agreement.json``
+/ ``.md`` (``agreement_table``). Inputs are built from a fixed seed, so the files are reproducible.
+
+The agreement table compares fp4lab's codes and scale codes bit for bit with external libraries *live* where they
+are installed (ml_dtypes casts, torchao ``to_mx`` and ``nvfp4_quantize``), case by case; TransformerEngine and
+microxcaling are not installed here, so their rows restate the documented semantics (``reference/anchors.md``) and
+are marked ``documented``, not measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+import fp4lab
+from fp4lab.formats.registry import BUILTIN_NAMES
+
+CASE_SHAPE: tuple[int, int] = (16, 64)
+ROUNDINGS: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz", "sr")
+SR_SEED = 1234
+F32 = np.float32
+
+
+def _ties(fmt: Any) -> np.ndarray:
+    """Grid midpoints times 2^k, with each 16-block's amax at the grid maximum times 2^k."""
+    lv = fmt.element.levels
+    mids = np.concatenate([(lv[:-1] + lv[1:]) / 2.0, lv])
+    rng = np.random.default_rng(11)
+    x = rng.choice(mids, CASE_SHAPE) * 2.0 ** rng.integers(-3, 4, (CASE_SHAPE[0], 1))
+    x[:, ::16] = fmt.element.amax * 2.0 ** rng.integers(-3, 4, (CASE_SHAPE[0], CASE_SHAPE[1] // 16))
+    return x
+
+
+def _cases(fmt: Any) -> dict[str, tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    shape = CASE_SHAPE
+    k = rng.integers(-20, 21, (shape[0], shape[1] // 16)).repeat(16, axis=1)
+    pow2 = np.ldexp(1.0, k).astype(F32)
+    near = pow2 * rng.choice([1.0, 1.0 + 2**-23, 1.0 - 2**-24, 0.75, 1.5, 1.75 - 2**-22], shape)
+    zeros = rng.standard_normal(shape)
+    zeros[:, :32] = 0.0
+    zeros[::2, 32:48] = -0.0
+    zeros[:, 48:] = np.where(rng.random((shape[0], 16)) < 0.5, 0.0, zeros[:, 48:])
+    sub = rng.standard_normal(shape) * np.float64(2**-140)
+    sub[:, :16] = rng.standard_normal((shape[0], 16))
+    huge = rng.standard_normal(shape) * 1e37
+    huge[:, ::7] = np.where(rng.random((shape[0], 10)) < 0.5, 3.4028235e38, -3.4028235e38)
+    nan = rng.standard_normal(shape)
+    nan[::3, 5] = np.nan
+    inf = rng.standard_normal(shape)
+    inf[::4, 20] = np.inf
+    inf[1::4, 40] = -np.inf
+    return {
+        "random": ("N(0,1) times 2^k per row, k in [-10, 10]",
+                   rng.standard_normal(shape) * np.ldexp(1.0, rng.integers(-10, 11, (shape[0], 1)))),
+        "ties": ("grid midpoints and levels times 2^k, block amax at the grid maximum times 2^k (exact ties for "
+                 "FP32 and power-of-two scales)", _ties(fmt)),
+        "pow2": ("values at and one ulp around powers of two and at 0.75/1.5/1.75 x 2^k (scale-rule boundaries)", near),
+        "zeros": ("+0, -0, all-zero blocks and sparse blocks", zeros),
+        "subnormal": ("float32 subnormal blocks beside normal blocks", sub),
+        "huge": ("magnitudes up to float32 max", huge),
+        "nan": ("NaN elements in some blocks", nan),
+        "inf": ("+Inf and -Inf elements in some blocks", inf),
+    }
+
+
+def _bits(a: Any) -> np.ndarray:
+    a = np.asarray(a)
+    return a.astype(F32).view(np.uint32) if a.dtype.kind == "f" else a
+
+
+def vectors_for(name: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(npz arrays, case descriptions) for one format."""
+    fmt = fp4lab.get_format(name)
+    arrays: dict[str, np.ndarray] = {}
+    desc: dict[str, str] = {}
+    for case, (text, x) in _cases(fmt).items():
+        x = np.asarray(x, F32)
+        desc[case] = text
+        arrays[f"{case}__input"] = _bits(x)
+        for mode in ROUNDINGS:
+            qt = fp4lab.quantize(x, fmt, rounding=mode, seed=SR_SEED)
+            key = f"{case}__{mode}__"
+            arrays[key + "codes"] = np.asarray(qt.codes, np.uint8)
+            arrays[key + "scale_codes"] = np.asarray(qt.scale_codes)
+            ts = [] if qt.tensor_scale is None else [qt.tensor_scale]
+            arrays[key + "tensor_scale"] = _bits(np.asarray(ts, F32))
+            arrays[key + "dequantized"] = _bits(fp4lab.dequantize(qt))
+    return arrays, desc
+
+
+# ---- external libraries -------------------------------------------------------------------------------------------
+def _ml_dtypes_cast(dtype_name: str) -> Callable[[np.ndarray], tuple[np.ndarray, None]] | None:
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    dt = getattr(ml_dtypes, dtype_name)
+    if dtype_name == "int4":
+        return lambda x: (x.astype(dt).astype(np.int8).view(np.uint8) & np.uint8(0xF), None)
+    return lambda x: (x.astype(dt).view(np.uint8), None)
+
+
+def _torchao_mx(mode: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+    try:
+        import torch
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        from torchao.prototype.mx_formats.mx_tensor import to_mx
+    except ImportError:
+        return None
+    from fp4lab.emulator.pack import unpack_nibbles
+
+    def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s, d = to_mx(torch.from_numpy(x), torch.float4_e2m1fn_x2, 32, getattr(ScaleCalculationMode, mode))
+        return unpack_nibbles(d.view(torch.uint8).numpy()), s.view(torch.uint8).numpy()
+    return run
+
+
+def _torchao_nvfp4() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+    try:
+        import torch
+        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+    except ImportError:
+        return None
+    from fp4lab.emulator.pack import unpack_nibbles
+
+    def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = torch.from_numpy(x)
+        s, d = nvfp4_quantize(t, 16, per_tensor_amax_to_scale(t.abs().max()))
+        return unpack_nibbles(d.view(torch.uint8).numpy()), s.view(torch.uint8).numpy()
+    return run
+
+
+# (format, rounding, library label, runner factory, what to expect)
+LIVE_CHECKS: tuple[tuple[str, str, str, Callable[[], Any], str], ...] = (
+    ("e2m1", "rtne", "ml_dtypes float4_e2m1fn cast", lambda: _ml_dtypes_cast("float4_e2m1fn"),
+     "RTNE, saturating, NaN -> -0 (fp4lab's e2m1 uses nan_element = neg_zero to match)"),
+    ("int4", "rtz", "ml_dtypes int4 cast", lambda: _ml_dtypes_cast("int4"),
+     "ml_dtypes truncates toward zero like rtz but does not saturate out-of-range values, and may produce -8"),
+    ("mxfp4", "rtne", "torchao 0.18 to_mx FLOOR", lambda: _torchao_mx("FLOOR"),
+     "torchao writes an arbitrary finite code for NaN and has its own Inf-block policy"),
+    ("mxfp4-ceil", "rtne", "torchao 0.18 to_mx CEIL", lambda: _torchao_mx("CEIL"), "as FLOOR"),
+    ("mxfp4-even", "rtne", "torchao 0.18 to_mx EVEN", lambda: _torchao_mx("EVEN"), "as FLOOR"),
+    ("mxfp4-rceil", "rtne", "torchao 0.18 to_mx RCEIL", lambda: _torchao_mx("RCEIL"),
+     "as FLOOR; torchao 0.18's eager RCEIL uses float32 log2 (off by one just above 6*2^k, anchors.md b.10-E6)"),
+    ("nvfp4-torchao", "rtne", "torchao 0.18 nvfp4_quantize", _torchao_nvfp4,
+     "specials differ (NaN/Inf blocks)"),
+    ("nvfp4", "rtne", "torchao 0.18 nvfp4_quantize", _torchao_nvfp4,
+     "expected to differ where block scales fall below 2^-6: torchao clamps, nvfp4 keeps subnormal/zero scales"),
+)
+
+DOCUMENTED: tuple[tuple[str, str, str], ...] = (
+    ("nvfp4-te", "TransformerEngine reference_nvfp4.py",
+     "built to follow TE's encode-scale arithmetic and +0 for exact zeros (format spec `matches`); not measured here"),
+    ("nvfp4", "TransformerEngine reference_nvfp4.py",
+     "same subnormal/zero E4M3 block scales as TE, but TE multiplies by g_enc = 448*6/amax where fp4lab divides by "
+     "the tensor scale: last-bit scale differences are possible (anchors.md b.5); not measured"),
+    ("mxfp4", "microxcaling (round='nearest', its default)",
+     "FLOOR via float32 log2 (differs when amax is just below 2^k) and ties away from zero: agrees only with "
+     "rounding='rtna' on blocks away from powers of two (anchors.md b.1, b.7); not measured"),
+    ("mxfp4", "microxcaling (round='even')", "RTNE elements; same float32-log2 FLOOR caveat; not measured"),
+    ("mxfp4-rceil", "TransformerEngine MXFP8-style RCEIL (cvt.rp.satfinite.ue8m0)",
+     "same rule on finite blocks; TE saturates an Inf amax to 0xFE (anchors.md b.3); not measured"),
+)
+
+
+def agreement_table(progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Rows ``{format, rounding, library, status, note, cases}``: ``status`` is ``agrees`` (bit for bit on every case),
+    ``partial``, ``differs``, ``not installed`` or ``documented``; ``cases`` maps case -> ``"match"`` or the number
+    of mismatching element codes / scale codes, or ``"error: ..."``."""
+    rows: list[dict[str, Any]] = []
+    for name, mode, label, factory, note in LIVE_CHECKS:
+        runner = factory()
+        if runner is None:
+            rows.append({"format": name, "rounding": mode, "library": label, "status": "not installed",
+                         "note": note, "cases": {}})
+            continue
+        fmt = fp4lab.get_format(name)
+        cases: dict[str, Any] = {}
+        for case, (_, x) in _cases(fmt).items():
+            x = np.asarray(x, F32)
+            qt = fp4lab.quantize(x, fmt, rounding=mode)
+            try:
+                codes, scodes = runner(x)
+            except Exception as exc:  # a library rejecting an input is a finding, not a crash
+                cases[case] = f"error: {type(exc).__name__}"
+                continue
+            bad = int(np.sum(codes != np.asarray(qt.codes)))
+            bad_s = 0 if scodes is None else int(np.sum(scodes.reshape(np.shape(qt.scale_codes)) != qt.scale_codes))
+            cases[case] = "match" if bad == bad_s == 0 else f"{bad} codes, {bad_s} scales differ"
+        n_ok = sum(v == "match" for v in cases.values())
+        status = "agrees" if n_ok == len(cases) else ("partial" if n_ok else "differs")
+        rows.append({"format": name, "rounding": mode, "library": label, "status": status, "note": note,
+                     "cases": cases})
+        if progress is not None:
+            progress(f"{name} vs {label}")
+    for name, label, note in DOCUMENTED:
+        rows.append({"format": name, "rounding": "rtne", "library": label, "status": "documented", "note": note,
+                     "cases": {}})
+    return rows
+
+
+def agreement_markdown(rows: list[dict[str, Any]]) -> str:
+    """The agreement table as Markdown."""
+    lines = ["| fp4lab format | rounding | library | status | per case (measured) | note |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        detail = ", ".join(f"{c}: {v}" for c, v in r["cases"].items()) or "—"
+        lines.append(f"| {r['format']} | {r['rounding']} | {r['library']} | {r['status']} | {detail} | {r['note']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_vectors(out_dir: str | Path, formats: tuple[str, ...] = BUILTIN_NAMES,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Write the golden vectors, ``index.json`` and the agreement table to ``out_dir``; returns the index."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    index: dict[str, Any] = {
+        "schema": "fp4lab.conformance/1", "fp4lab_version": fp4lab.__version__, "case_shape": list(CASE_SHAPE),
+        "axis": -1, "roundings": list(ROUNDINGS), "sr_seed": SR_SEED,
+        "conventions": "float32 arrays are stored as their uint32 bit patterns; codes unpacked (one per element); "
+                       "key layout <case>__input and <case>__<rounding>__{codes,scale_codes,tensor_scale,dequantized}",
+        "formats": {}, "cases": {},
+    }
+    for name in formats:
+        arrays, desc = vectors_for(name)
+        np.savez_compressed(out / f"{name}.npz", **arrays)
+        index["formats"][name] = {"file": f"{name}.npz", "spec": fp4lab.get_format(name).model_dump(mode="json")}
+        index["cases"] = desc
+        if progress is not None:
+            progress(name)
+    rows = agreement_table(progress)
+    (out / "index.json").write_text(json.dumps(index, indent=1))
+    (out / "library_agreement.json").write_text(json.dumps(rows, indent=1))
+    (out / "library_agreement.md").write_text(agreement_markdown(rows))
+    return index

@@ -1,0 +1,45 @@
+"""Conformance vectors: file layout, reproducibility, and live library agreement."""
+
+import json
+
+import numpy as np
+
+import fp4lab
+from fp4lab.analysis import conformance as C
+
+
+def test_vectors_round_trip(tmp_path):
+    index = C.write_vectors(tmp_path, formats=("nvfp4", "e2m1"))
+    assert set(index["formats"]) == {"nvfp4", "e2m1"}
+    assert json.loads((tmp_path / "index.json").read_text())["roundings"] == list(C.ROUNDINGS)
+    with np.load(tmp_path / "nvfp4.npz", allow_pickle=False) as z:
+        for case in index["cases"]:
+            x = z[f"{case}__input"].view(np.float32)
+            for mode in C.ROUNDINGS:
+                qt = fp4lab.quantize(x, "nvfp4", rounding=mode, seed=C.SR_SEED)
+                assert np.array_equal(z[f"{case}__{mode}__codes"], qt.codes)
+                assert np.array_equal(z[f"{case}__{mode}__scale_codes"], qt.scale_codes)
+                assert np.array_equal(z[f"{case}__{mode}__dequantized"],
+                                      np.asarray(fp4lab.dequantize(qt), np.float32).view(np.uint32))
+    assert (tmp_path / "library_agreement.md").read_text().startswith("| fp4lab format")
+
+
+def test_cases_cover_edge_values():
+    cases = {k: np.asarray(v, np.float32) for k, (_, v) in C._cases(fp4lab.get_format("mxfp4")).items()}
+    assert np.isnan(cases["nan"]).any() and np.isinf(cases["inf"]).any()
+    sub = np.abs(cases["subnormal"])
+    assert np.any((sub > 0) & (sub < np.finfo(np.float32).tiny))
+    assert np.any(np.signbit(cases["zeros"]) & (cases["zeros"] == 0))
+    t = cases["ties"]  # E2M1 midpoints times 2^k are present
+    assert np.any(np.isin(np.abs(t), [0.25 * 2.0 ** k for k in range(-3, 4)]))
+
+
+def test_live_agreement_rows():
+    rows = {(r["format"], r["library"]): r for r in C.agreement_table()}
+    assert rows[("e2m1", "ml_dtypes float4_e2m1fn cast")]["status"] == "agrees"
+    mx = rows[("mxfp4", "torchao 0.18 to_mx FLOOR")]["cases"]
+    for case in ("random", "ties", "pow2", "zeros", "subnormal", "huge"):
+        assert mx[case] == "match"
+    nv = rows[("nvfp4-torchao", "torchao 0.18 nvfp4_quantize")]["cases"]
+    assert nv["random"] == "match" and nv["pow2"] == "match"
+    assert rows[("nvfp4", "torchao 0.18 nvfp4_quantize")]["cases"]["subnormal"] != "match"  # 2^-6 clamp
