@@ -22,30 +22,32 @@ if "--interpret" in sys.argv:
 
 import numpy as np  # noqa: E402
 
-from fp4lab.hwspec import gpu_probe  # noqa: E402
+from fp4lab.hwspec import probe_inputs  # noqa: E402
 
 
 def recheck(run_dir: str) -> list[dict]:
     """Compare a stored GPU run with the current emulator, off the GPU."""
     with open(os.path.join(run_dir, "h200_mma_probe.json")) as f:
         info = json.load(f)["info"]
-    samples = np.load(os.path.join(run_dir, "h200_mma_probe_samples.npz"))
+    sp = os.path.join(run_dir, "h200_mma_probe_samples.npz")
+    samples = np.load(sp) if os.path.exists(sp) else None
     gpu = {}
     for name in sorted(os.listdir(run_dir)):
         if name.startswith("h200_mma_probe_d") and name.endswith(".npz"):
             with np.load(os.path.join(run_dir, name)) as z:
                 gpu.update({k: z[k] for k in z.files})
     rows = []
-    for i, cfg in enumerate(gpu_probe.CONFIGS):
+    for i, cfg in enumerate(probe_inputs.CONFIGS):
         label = cfg[0]
         if label not in gpu:
             continue
-        ab, bb, cb = gpu_probe.make_inputs(cfg, info["n"], info["k"] * cfg[9], info["seed"] + i)
-        same = (np.array_equal(samples[f"{label}_a"], ab[:64]) and np.array_equal(samples[f"{label}_b"], bb[:, :64])
-                and np.array_equal(samples[f"{label}_c"], np.asarray(cb)[:64, :64]))
-        want = gpu_probe.emulate_config(cfg, ab, bb, cb)
+        ab, bb, cb = probe_inputs.make_inputs(cfg, info["n"], info["k"] * cfg[9], info["seed"] + i)
+        same = None if samples is None or f"{label}_a" not in samples else bool(
+            np.array_equal(samples[f"{label}_a"], ab[:64]) and np.array_equal(samples[f"{label}_b"], bb[:, :64])
+            and np.array_equal(samples[f"{label}_c"], np.asarray(cb)[:64, :64]))
+        want = probe_inputs.emulate_config(cfg, ab, bb, cb)
         finite = np.isfinite(gpu[label].view(np.float32))
-        rows.append({"label": label, "inputs_regenerated": bool(same), "outputs": int(want.size),
+        rows.append({"label": label, "inputs_regenerated": same, "outputs": int(want.size),
                      "matches": int((gpu[label] == want).sum()), "finite_outputs": int(finite.sum()),
                      "finite_matches": int(((gpu[label] == want) & finite).sum())})
         print(json.dumps(rows[-1]), flush=True)
@@ -65,6 +67,8 @@ def main() -> None:
     if args.recheck:
         recheck(args.recheck)
         return
+    from fp4lab.hwspec import gpu_probe
+
     gpu_probe.run_probe(n=args.n, k=args.k, seed=args.seed, only=args.only, out=args.out)
 
 

@@ -354,3 +354,18 @@ def test_errors_are_one_line_and_specific():
     with pytest.raises(ValueError, match="not representable in"):
         emulate_mma(np.ones((2, 32)), np.ones((32, 2)), None, hw="blackwell-sm100", kind="tcgen05.mxf8f6f4",
                     scale_a=np.full((2, 1), 3.0), scale_b=np.ones((1, 2)))
+
+
+def test_emulate_gemm_k_order_permutes_within_block_k():
+    rng = np.random.default_rng(10)
+    a, b = rand_values(rng, "f16", (4, 64)), rand_values(rng, "f16", (3, 64))
+    perm = np.r_[0:2, 4:6, 8:10, 12:14, 16:18, 20:22, 24:26, 28:30, 2:4, 6:8, 10:12, 14:16, 18:20, 22:24, 26:28, 30:32]
+    P = np.concatenate([perm, 32 + perm])
+    with np.errstate(all="ignore"):
+        d = emulate_gemm(a, b, kind="mma.sync.f16", block_k=32, k_order=perm)
+        want = emulate_gemm(a[:, P], b[:, P], kind="mma.sync.f16", block_k=32)
+        same = emulate_gemm(a, b, kind="mma.sync.f16", block_k=32, k_order=np.arange(32))
+        plain = emulate_gemm(a, b, kind="mma.sync.f16", block_k=32)
+    assert np.array_equal(bits(d), bits(want)) and np.array_equal(bits(same), bits(plain))
+    with pytest.raises(ValueError, match="permutation"):
+        emulate_gemm(a, b, kind="mma.sync.f16", block_k=32, k_order=np.arange(16))

@@ -309,7 +309,8 @@ def _quantized_parts(q: Any, name: str):
 
 
 def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
-                 promotion_interval: int | None = None, *, c=None, impl: str = "numba") -> np.ndarray:
+                 promotion_interval: int | None = None, *, c=None, k_order: Any = None,
+                 impl: str = "numba") -> np.ndarray:
     """A @ B.T as a tiled GEMM kernel on the given tensor cores computes it; A [M,K], B [N,K], both along K.
 
     qa/qb: float arrays of representable values, or quantized tensors (``.codes``, ``.scales`` [.., K/block],
@@ -320,7 +321,9 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     divide K and be a multiple of the instruction K. ``promotion_interval`` P (a multiple of the instruction K)
     models CUTLASS/DeepSeek FP8 promotion: every P K-elements the chain restarts from 0 and its result is added
     into an fp32 accumulator by a round-to-nearest-even FADD. Tensor scales are applied last:
-    D = fp32(acc * fp32(ts_a * ts_b)). ``c`` (fp32 [M, N]) is the initial accumulator."""
+    D = fp32(acc * fp32(ts_a * ts_b)). ``c`` (fp32 [M, N]) is the initial accumulator. ``k_order`` (a
+    permutation of range(block_k)) is the order in which the kernel feeds the K-elements of each BLOCK_K tile
+    to the instructions, for lowerings that permute K (non-block-scaled kinds only)."""
     k = resolve_kind(hw, kind)
     xa, sa, tsa, ta = _quantized_parts(qa, "qa")
     xb, sb, tsb, tb = _quantized_parts(qb, "qb")
@@ -330,6 +333,15 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     kinst = min([int(k.k)] + list(k.k_alt))
     if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
         raise ValueError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+    if k_order is not None:
+        perm = np.asarray(k_order)
+        if block_k is None or k.block_scaled or not np.array_equal(np.sort(perm), np.arange(block_k)):
+            raise ValueError("emulate_gemm: k_order must be a permutation of range(block_k), on a kind without "
+                             "block scales")
+        if ta is not None or tb is not None:
+            raise ValueError("emulate_gemm: k_order needs float operands (dequantize first)")
+        P = np.concatenate([k0 + perm for k0 in range(0, K, block_k)])
+        xa, xb = xa[:, P], xb[:, P]
     if k.block_scaled:
         if sa is None or sb is None:
             raise ValueError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
