@@ -1,0 +1,167 @@
+"""Constant tables the numba emulator needs, derived from a ``QuantFormat`` (no format is special-cased by name).
+
+Everything is computed from the same model properties the numpy reference reads (``levels``,
+``level_codes_pos/neg``, ``thresholds(mode)``, scale ``decode``, ``_special_code``), and packed into a few typed
+arrays so that every njit kernel has exactly one compiled signature:
+
+* ``ip``  int64 parameters (indices ``P_*``), ``fp`` float32 parameters (indices ``F_*``, then two per target);
+* element tables ``ethr`` (float32 thresholds or levels), ``ecodes`` (int32 codes by [sign, level index]),
+  ``evals`` (float32 value of every code);
+* scale tables ``sthr`` (float32 search table), ``scodes`` (int32 scale code by search index), ``sdec``
+  (float32 value of every scale code).
+
+Element encoders (``P_ENC``):
+  ``ENC_SYM``    sign-symmetric grid whose thresholds mirror exactly about zero: ``j = count(|t| >= mthr)``
+                 over the M positive thresholds, code ``ecodes[sign * (M + 1) + j]``;
+  ``ENC_LINEAR`` ``i = count(t >= thr)`` over all thresholds (small grids), code ``ecodes[sign * n + i]``;
+  ``ENC_SEARCH`` the same count by binary search (grids with more than ``LINEAR_MAX`` thresholds);
+  ``ENC_SR``     stochastic rounding between the two neighbouring levels (``ethr`` holds the levels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from fp4lab.emulator.ref_encode import nan_element_code
+from fp4lab.emulator.ref_quantize import _special_code
+from fp4lab.formats.quant_format import QuantFormat
+
+F32 = np.float32
+LINEAR_MAX = 32  # up to this many thresholds a branchless linear count beats a binary search
+
+ENC_SYM, ENC_LINEAR, ENC_SEARCH, ENC_SR = 0, 1, 2, 3
+OV_SATURATE, OV_NAN, OV_INF = 0, 1, 2
+RULE_NONE, RULE_AMAX, RULE_FLOOR, RULE_CEIL, RULE_EVEN = 0, 1, 2, 3, 4
+SK_FP32, SK_BF16, SK_TABLE, SK_POW2 = 0, 1, 2, 3
+SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
+
+# int64 parameter slots
+(P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OV, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_RULE, P_EVEN_ADD, P_EMAX_ELEM, P_SKIND,
+ P_SROUND, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_SDIV, P_ESCALE, P_HAS_MIN, P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP,
+ P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH) = range(30)
+N_IP = 30
+# float32 parameter slots; targets follow as (target, float32(1/target)) pairs from F_TARGETS
+F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_TARGETS = range(7)
+
+_ROUND = {"rtne": SR_RTNE, "ceil": SR_CEIL, "floor": SR_FLOOR}
+_RULE = {"none": RULE_NONE, "amax": RULE_AMAX, "rceil": RULE_AMAX, "floor": RULE_FLOOR, "ceil": RULE_CEIL,
+         "even": RULE_EVEN}
+
+
+@dataclass(frozen=True)
+class Tables:
+    ip: np.ndarray
+    fp: np.ndarray
+    ethr: np.ndarray
+    ecodes: np.ndarray
+    evals: np.ndarray
+    sthr: np.ndarray
+    scodes: np.ndarray
+    sdec: np.ndarray
+
+    def args(self) -> tuple[np.ndarray, ...]:
+        return self.ip, self.fp, self.ethr, self.ecodes, self.evals, self.sthr, self.scodes, self.sdec
+
+
+def _next_up(v: np.ndarray) -> np.ndarray:
+    return np.nextafter(v.astype(F32), F32(np.inf)).astype(F32)
+
+
+def _element_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, fp: np.ndarray):
+    grid = fmt.element
+    lv = grid.levels
+    cpos, cneg = grid.level_codes_pos.astype(np.int32), grid.level_codes_neg.astype(np.int32)
+    n = lv.size
+    fp[F_LVMIN], fp[F_LVMAX] = F32(lv[0]), F32(lv[-1])
+    if mode == "sr":
+        enc, thr, codes, m1 = ENC_SR, lv.astype(F32), np.concatenate([cpos, cneg]), n
+    else:
+        thr_all = grid.thresholds(mode).astype(F32)
+        enc, thr, codes, m1 = (ENC_LINEAR if thr_all.size <= LINEAR_MAX else ENC_SEARCH), thr_all, \
+            np.concatenate([cpos, cneg]), n
+        if n % 2 == 1 and grid.is_sign_symmetric:
+            m = n // 2
+            mthr, neg = thr_all[m:], thr_all[:m][::-1]
+            if np.array_equal(neg.view(np.uint32), _next_up(-mthr).view(np.uint32)) and mthr.size <= LINEAR_MAX:
+                j = np.arange(m + 1)
+                enc, thr, codes, m1 = ENC_SYM, mthr.copy(), np.concatenate([cpos[m + j], cneg[m - j]]), m + 1
+    ip[P_ENC], ip[P_NLEV], ip[P_M1] = enc, n, m1
+    ip[P_NAN_CODE] = nan_element_code(grid, fmt.nan_element)
+    ip[P_KEEP_SIGN] = int(fmt.signed_zero == "keep")  # else only t < 0 takes the negative code column
+    ip[P_OV] = {"saturate": OV_SATURATE, "nan": OV_NAN, "inf": OV_INF}[fmt.overflow]
+    fp[F_OV_THR] = grid.overflow_threshold
+    if fmt.overflow == "nan":
+        ip[P_OV_NAN] = grid.nan_code
+    if fmt.overflow == "inf":
+        ip[P_OV_PINF], ip[P_OV_NINF] = grid.inf_codes
+    return thr, codes.astype(np.int32), grid.values.astype(F32)
+
+
+def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
+    rule, sfmt = fmt.scale_rule, fmt.scale
+    empty_f, empty_i = np.zeros(1, F32), np.zeros(1, np.int32)
+    ip[P_RULE] = _RULE[rule.method]
+    if rule.method == "none":
+        return empty_f, empty_i, empty_f
+    ip[P_SKIND] = {"fp32": SK_FP32, "bf16": SK_BF16, "float": SK_TABLE, "pow2": SK_POW2}[sfmt.kind]
+    ip[P_SROUND] = _ROUND[rule.effective_rounding]
+    ip[P_SDIV] = int(rule.scale_division == "reciprocal")
+    ip[P_ESCALE] = int(rule.element_scaling == "reciprocal")
+    ip[P_HAS_MIN], ip[P_HAS_MAX] = rule.min_scale is not None, rule.max_scale is not None
+    fp[F_MIN] = F32(rule.min_scale) if rule.min_scale is not None else 0
+    fp[F_MAX] = F32(rule.max_scale) if rule.max_scale is not None else 0
+    ip[P_ENCODE_ARITH] = int(rule.scale_arithmetic == "encode")
+    ip[P_NAN_PROP] = int(rule.nan_policy == "propagate")
+    ip[P_ZERO_POLICY] = int(rule.zero_block != "as_computed")
+    if rule.zero_block != "as_computed":  # the reference asks for it on every call: same errors
+        ip[P_CODE_ZERO] = _special_code(sfmt, rule.zero_block)
+    ip[P_CODE_INF] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+    if rule.nan_policy == "propagate":
+        ip[P_CODE_NAN] = _special_code(sfmt, "nan")
+    if rule.method == "even":
+        ip[P_EVEN_ADD] = 1 << (22 - fmt.element.mantissa_bits)
+    ip[P_EMAX_ELEM] = fmt.emax_elem
+    sthr, scodes, sdec = empty_f, empty_i, empty_f
+    if sfmt.kind == "pow2":
+        ip[P_SBIAS], ip[P_SNAN] = sfmt.exponent_bias, sfmt.pow2_nan_code
+        ip[P_SMAXCODE] = sfmt.pow2_nan_code - 1
+        sdec = sfmt.decode(np.arange(1 << sfmt.exponent_bits)).astype(F32)
+    elif sfmt.kind == "float":
+        grid = sfmt.grid
+        lv = grid.levels.astype(F32)
+        keep = lv >= 0
+        lv_nonneg = lv[keep]
+        scodes = grid.level_codes_pos[keep].astype(np.int32)
+        fp[F_SCLIP] = lv_nonneg[-1]
+        r = rule.effective_rounding
+        if r == "rtne":  # index = count(thr <= v)
+            sthr, ip[P_SOFF] = grid.thresholds("rtne")[lv[:-1] >= 0].astype(F32), 0
+        elif r == "ceil":  # searchsorted(levels, v, 'left') = count(levels < v) = count(nextup(levels) <= v)
+            sthr, ip[P_SOFF] = _next_up(lv_nonneg), 0
+        else:  # searchsorted(levels, v, 'right') - 1
+            sthr, ip[P_SOFF] = lv_nonneg.copy(), -1
+        ip[P_SMAXCODE] = lv_nonneg.size - 1
+        ip[P_SNAN] = -1 if grid.nan_code is None else grid.nan_code
+        sdec = sfmt.decode(np.arange(1 << sfmt.bits)).astype(F32)
+    return sthr, scodes, sdec
+
+
+@lru_cache(maxsize=256)
+def tables_for(fmt: QuantFormat, mode: str) -> Tables:
+    """All numba parameters for quantizing with ``fmt`` under rounding ``mode`` (cached per format and mode)."""
+    targets = fmt.targets if fmt.scale_rule.method != "none" else []
+    ip = np.zeros(N_IP, np.int64)
+    fp = np.zeros(F_TARGETS + 2 * len(targets), F32)
+    ethr, ecodes, evals = _element_tables(fmt, mode, ip, fp)
+    sthr, scodes, sdec = _scale_tables(fmt, ip, fp)
+    ip[P_NTARGETS] = len(targets)
+    ip[P_BS] = fmt.block_size
+    for k, tgt in enumerate(targets):
+        fp[F_TARGETS + 2 * k] = F32(tgt)
+        fp[F_TARGETS + 2 * k + 1] = F32(1.0) / F32(tgt)
+    for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec):
+        a.setflags(write=False)
+    return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec)
