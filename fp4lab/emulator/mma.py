@@ -252,6 +252,8 @@ class Prepared:
         if p.algorithm in ("tr_fdpa", "gtr_fdpa"):
             return nb.tr_fdpa_gemm(a, ea, b, eb, c, L, p.frac_bits, p.join_frac_bits, p.algorithm == "gtr_fdpa",
                                    p.out_rne, p.out_mbits, p.out_emin, p.out_emax)
+        ea = np.where(a == 0, nb.ZERO_EXP, ea).astype(np.int32)
+        eb = np.where(b == 0, nb.ZERO_EXP, eb).astype(np.int32)
         return nb.t_fdpa_gemm(a, ea, b, eb, c, L, p.frac_bits, p.e_zero, p.c_emin, p.separate_c, p.out_rne,
                               p.out_mbits, p.out_emin, p.out_emax)
 

@@ -32,9 +32,15 @@ def round_output(x, rne, mbits, emin, emax):
     return y + 0.0
 
 
+ZERO_EXP = -(1 << 29)  # alignment exponent given to zero operands by the T-FDPA kernel's caller
+
+
 @numba.njit(parallel=True, **_NB)
 def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o_emin, o_emax):
-    """T-FDPA (and ST-FDPA with scales folded into a/ea, b/eb) chained over K: a [M,K], b [K,N], c [M,N]."""
+    """T-FDPA (and ST-FDPA with scales folded into a/ea, b/eb) chained over K: a [M,K], b [K,N], c [M,N].
+
+    ea/eb: int32 alignment exponents, ZERO_EXP where the operand is zero, so that a product is zero exactly when
+    ea + eb < ZERO_EXP / 2 and the step's largest exponent is raised to e_zero if any product is zero."""
     M, K = a.shape
     N = b.shape[1]
     out = np.empty((M, N))
@@ -43,7 +49,8 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
         acc = c[i, :].copy()
         cin = np.empty(N)
         cin_b = cin.view(np.int64)
-        emx = np.empty(N, np.int64)
+        emx = np.empty(N, np.int32)
+        emn = np.empty(N, np.int32)
         s = np.empty(N)
         pw_b = np.empty(N, np.int64)
         pw = pw_b.view(np.float64)
@@ -55,32 +62,38 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
             for j in range(N):  # exponent of C (its own format's emin), e_zero if C == 0
                 e = max(((cin_b[j] >> 52) & 0x7FF) - 1023, c_emin)
                 emx[j] = e_zero if cin[j] == 0.0 else e
-            for k in range(k0, k0 + L):  # pass 1: largest exponent
-                av = a[i, k]
+                emn[j] = 0
+            for k in range(k0, k0 + L):  # pass 1: largest exponent, and whether any product is zero
                 eav = ea[i, k]
+                ebk = eb[k]
                 for j in range(N):
-                    e = e_zero if av * b[k, j] == 0.0 else eav + eb[k, j]
+                    e = eav + ebk[j]
                     emx[j] = max(emx[j], e)
+                    emn[j] = min(emn[j], e)
             for j in range(N):
-                pw_b[j] = (F - emx[j] + 1023) << 52
+                m = max(emx[j], e_zero) if emn[j] < ZERO_EXP // 2 else emx[j]
+                emx[j] = m
+                pw_b[j] = np.int64(F - m + 1023) << 52
             for j in range(N):
                 s[j] = np.trunc(cin[j] * pw[j])
             for k in range(k0, k0 + L):  # pass 2: truncated terms, exact sum (0 * Inf gives NaN here)
                 av = a[i, k]
+                bk = b[k]
                 for j in range(N):
-                    s[j] += np.trunc(av * b[k, j] * pw[j])
+                    s[j] += np.trunc(av * bk[j] * pw[j])
             for j in range(N):  # exact value of the sum
-                pw_b[j] = (emx[j] - F + 1023) << 52
+                pw_b[j] = np.int64(emx[j] - F + 1023) << 52
             for j in range(N):
                 x[j] = s[j] * pw[j]
             for j in range(N):  # quantum exponent of the output
-                emx[j] = max(((x_b[j] >> 52) & 0x7FF) - 1023, o_emin) - mbits
-                pw_b[j] = (1023 - emx[j]) << 52
+                q = max(((x_b[j] >> 52) & 0x7FF) - 1023, o_emin) - mbits
+                emx[j] = q
+                pw_b[j] = np.int64(1023 - q) << 52
             for j in range(N):
                 t = x[j] * pw[j]
                 x[j] = np.rint(t) if rne else np.trunc(t)
             for j in range(N):
-                pw_b[j] = (emx[j] + 1023) << 52
+                pw_b[j] = np.int64(emx[j] + 1023) << 52
             for j in range(N):
                 y = x[j] * pw[j]
                 if abs(y) >= lim:
