@@ -39,11 +39,11 @@ def _np(a: Any) -> np.ndarray:
 
 
 def _pair(x: Any, xhat: Any) -> tuple[np.ndarray, np.ndarray]:
-    x64, y64 = _np(x).astype(np.float64), _np(xhat).astype(np.float64)
-    if x64.shape != y64.shape:
-        raise ValueError(f"metrics: shapes differ: reference {x64.shape}, quantized {y64.shape}")
+    x64, y64 = _np(x).astype(np.float64).ravel(), _np(xhat).astype(np.float64).ravel()
+    if _np(x).shape != _np(xhat).shape:
+        raise ValueError(f"metrics: shapes differ: reference {_np(x).shape}, quantized {_np(xhat).shape}")
     keep = np.isfinite(x64)
-    return x64[keep], y64[keep]
+    return (x64, y64) if keep.all() else (x64[keep], y64[keep])
 
 
 def nmse(x: Any, xhat: Any) -> float:
@@ -100,12 +100,12 @@ def mean_signed_error(t: np.ndarray, q: np.ndarray) -> float:
 def bucket_proportions(qt: QuantizedTensor) -> tuple[np.ndarray, np.ndarray]:
     """``(magnitudes, p)``: the grid's distinct finite magnitudes and the fraction of finite codes in each."""
     values = qt.fmt.element.values
-    lv = qt.fmt.element.levels
-    mags = np.unique(np.abs(lv))
-    v = np.abs(values[_np(qt.codes).astype(np.intp).ravel()])
-    v = v[np.isfinite(v)]
-    counts = np.bincount(np.searchsorted(mags, v), minlength=mags.size).astype(np.float64)
-    return mags, counts / max(v.size, 1)
+    mags = np.unique(np.abs(qt.fmt.element.levels))
+    per_code = np.bincount(_np(qt.codes).ravel(), minlength=values.size).astype(np.float64)
+    finite = np.isfinite(values)
+    bucket = np.searchsorted(mags, np.abs(np.where(finite, values, 0.0)))
+    counts = np.bincount(bucket[finite], weights=per_code[finite], minlength=mags.size)
+    return mags, counts / max(counts.sum(), 1.0)
 
 
 def b_eff(qt: QuantizedTensor, eps: float = EPS) -> float:
@@ -171,7 +171,11 @@ def measure(x_basis: Any, qt: QuantizedTensor, xhat: Any | None = None) -> Tenso
     """Metrics of ``qt`` against ``x_basis`` (the input in the basis the quantizer saw, i.e. after any RHT)."""
     y = _np(fp4lab.dequantize(qt, rotated=True)) if xhat is None else _np(xhat)
     t, q = normalized(x_basis, qt)
-    return TensorMetrics(nmse=nmse(x_basis, y), sqnr_db=sqnr_db(x_basis, y), alpha=alpha(x_basis, y),
+    a, b = _pair(x_basis, y)
+    den = float(np.dot(a, a))
+    err = float(np.dot(b - a, b - a)) / den if den > 0 else float("nan")
+    snr = float("inf") if err == 0 else float(-10.0 * np.log10(err))
+    return TensorMetrics(nmse=err, sqnr_db=snr, alpha=float(np.dot(b, a)) / den if den > 0 else float("nan"),
                          bias=mean_signed_error(t, q), b_eff=b_eff(qt), clip_rate=clip_rate(t, qt.fmt),
                          zero_block_rate=zero_block_rate(x_basis, y, qt))
 
