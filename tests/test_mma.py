@@ -369,3 +369,17 @@ def test_emulate_gemm_k_order_permutes_within_block_k():
     assert np.array_equal(bits(d), bits(want)) and np.array_equal(bits(same), bits(plain))
     with pytest.raises(ValueError, match="permutation"):
         emulate_gemm(a, b, kind="mma.sync.f16", block_k=32, k_order=np.arange(16))
+
+
+@pytest.mark.parametrize("name", ["ufp4", "e2m1-b16-fp32", "nvfp4", "mxfp4"])
+def test_emulate_gemm_per_block_reproduces_exact_gemm_reference(name):
+    """fp4lab's exact GEMM kernel, per-block path (fp4lab.kernels.gemm.gemm_reference defines its bits): each
+    block's exact dot product, then acc + (P_b * Sa_b) * Sb_b in fp32, then the tensor scales."""
+    import fp4lab
+    from fp4lab.kernels.gemm import gemm_reference
+
+    rng = np.random.default_rng(2)
+    qa = fp4lab.quantize(rng.standard_normal((8, 256)).astype(np.float32), name)
+    qb = fp4lab.quantize(rng.standard_normal((6, 256)).astype(np.float32), name)
+    d = emulate_gemm(qa, qb, kind="wgmma.bf16", block_k=64, scale_mode="per_block")
+    assert np.array_equal(bits(d), bits(gemm_reference(qa, qb)))

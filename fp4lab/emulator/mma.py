@@ -311,30 +311,36 @@ def _quantized_parts(q: Any, name: str):
 
 
 def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
-                 promotion_interval: int | None = None, *, c=None, k_order: Any = None,
+                 promotion_interval: int | None = None, *, c=None, k_order: Any = None, scale_mode: str = "fold",
                  impl: str = "numba") -> np.ndarray:
     """A @ B.T as a tiled GEMM kernel on the given tensor cores computes it; A [M,K], B [N,K], both along K.
 
-    qa/qb: float arrays of representable values, or quantized tensors (``.codes``, ``.scales`` [.., K/block],
+    qa/qb: float arrays of representable values, or quantized tensors (``.codes``, ``.scales`` [rows, K/block],
     ``.tensor_scale``, ``.fmt.element.values``). On a block-scaled kind the codes and block scales go into the
-    instruction; on any other kind the operands are dequantized (element * block scale), which must be exactly
-    representable in the kind's input format. The K loop is a chain of instructions in ascending K (Triton's
-    tl.dot loop measured on an H200, hw_numerics.md 3.4), so ``block_k`` (the kernel's BLOCK_K) only has to
-    divide K and be a multiple of the instruction K. ``promotion_interval`` P (a multiple of the instruction K)
+    instruction. On any other kind, ``scale_mode`` says how the kernel applies block scales: "fold" dequantizes
+    the operands (element * block scale, which must be exact in the kind's input format); "per_block" runs each
+    block's unscaled dot product through the instructions from C = 0 and adds ``(P_b * Sa_b) * Sb_b`` to an fp32
+    accumulator (three fp32 roundings per block; fp4lab's exact GEMM kernel for fp32-scaled formats). The K loop
+    is a chain of instructions in ascending K (Triton's tl.dot loop measured on an H200), so ``block_k`` (the
+    kernel's BLOCK_K) only has to divide K and be a multiple of the instruction K. ``promotion_interval`` P
     models CUTLASS/DeepSeek FP8 promotion: every P K-elements the chain restarts from 0 and its result is added
-    into an fp32 accumulator by a round-to-nearest-even FADD. Tensor scales are applied last:
-    D = fp32(acc * fp32(ts_a * ts_b)). ``c`` (fp32 [M, N]) is the initial accumulator. ``k_order`` (a
-    permutation of range(block_k)) is the order in which the kernel feeds the K-elements of each BLOCK_K tile
-    to the instructions, for lowerings that permute K (non-block-scaled kinds only)."""
+    into an fp32 accumulator by a round-to-nearest-even FADD. ``k_order`` (a permutation of range(block_k)) is
+    the order in which a lowering feeds each BLOCK_K tile's K-elements to the instructions. Tensor scales are
+    applied last, as two fp32 multiplies: D = (acc * ts_a) * ts_b. ``c`` (fp32 [M, N]) is the initial
+    accumulator."""
     k = resolve_kind(hw, kind)
     xa, sa, tsa, ta = _quantized_parts(qa, "qa")
     xb, sb, tsb, tb = _quantized_parts(qb, "qb")
     if xa.ndim != 2 or xb.ndim != 2 or xa.shape[1] != xb.shape[1]:
         raise ValueError(f"emulate_gemm: need qa [M,K] and qb [N,K]; got {xa.shape} and {xb.shape}")
-    K = xa.shape[1]
+    (M, K), N = xa.shape, xb.shape[0]
+    sa = None if sa is None else np.repeat(sa, M // sa.shape[0], axis=0)  # 2-D tiles: one scale row per tile
+    sb = None if sb is None else np.repeat(sb, N // sb.shape[0], axis=0)
     kinst = min([int(k.k)] + list(k.k_alt))
     if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
         raise ValueError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+    if scale_mode not in ("fold", "per_block"):
+        raise ValueError(f"emulate_gemm: scale_mode {scale_mode!r} unknown; use 'fold' or 'per_block'")
     if k_order is not None:
         perm = np.asarray(k_order)
         if block_k is None or k.block_scaled or not np.array_equal(np.sort(perm), np.arange(block_k)):
@@ -344,18 +350,33 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
             raise ValueError("emulate_gemm: k_order needs float operands (dequantize first)")
         P = np.concatenate([k0 + perm for k0 in range(0, K, block_k)])
         xa, xb = xa[:, P], xb[:, P]
+    per_block = scale_mode == "per_block" and not k.block_scaled
+    if per_block and (ta is None or tb is None):
+        raise ValueError("emulate_gemm: scale_mode='per_block' needs quantized operands (codes and scales)")
     if k.block_scaled:
         if sa is None or sb is None:
             raise ValueError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
         prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=ta, b_format=tb)
+    elif per_block:
+        prep = Prepared(k, ta[xa], np.ascontiguousarray(tb[xb].T))
     else:
         va = ta[xa] * np.repeat(sa, K // sa.shape[1], axis=1) if ta is not None else xa
         vb = tb[xb] * np.repeat(sb, K // sb.shape[1], axis=1) if tb is not None else xb
         if k.tf32_truncate:
             va, vb = np.asarray(va, dtype=np.float32), np.asarray(vb, dtype=np.float32)
         prep = Prepared(k, va, np.ascontiguousarray(vb.T))
-    c0 = _check_c(c, k, prep.M, prep.N) if c is not None else np.zeros((prep.M, prep.N))
-    if promotion_interval is None:
+    c0 = _check_c(c, k, M, N) if c is not None else np.zeros((M, N))
+    zero = np.zeros((M, N))
+    if per_block:
+        bs = K // sa.shape[1]
+        if bs % kinst or promotion_interval is not None:
+            raise ValueError(f"emulate_gemm: per_block needs blocks of a multiple of {kinst} and no promotion_interval")
+        acc = c0.astype(np.float32)
+        for j in range(K // bs):
+            part = finish(prep.run(zero, j * bs, (j + 1) * bs, impl=impl), k)
+            acc = acc + (part * sa[:, j:j + 1].astype(np.float32)) * sb[:, j].astype(np.float32)[None, :]
+        acc = finish(acc.astype(np.float64), k)
+    elif promotion_interval is None:
         acc = finish(prep.run(c0, impl=impl), k)
     else:
         P = promotion_interval
@@ -363,10 +384,9 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
             raise ValueError(f"emulate_gemm: promotion_interval = {P} must divide K = {K} and be a multiple of {kinst}")
         acc = c0.astype(np.float32)
         for k0 in range(0, K, P):
-            part = finish(prep.run(np.zeros((prep.M, prep.N)), k0, k0 + P, impl=impl), k)
-            acc = acc + part  # fp32 RNE FADD
+            acc = acc + finish(prep.run(zero, k0, k0 + P, impl=impl), k)  # fp32 RNE FADD
         acc = finish(acc.astype(np.float64), k)
-    if tsa is not None or tsb is not None:
-        ts = np.float32(1.0 if tsa is None else tsa) * np.float32(1.0 if tsb is None else tsb)
-        acc = finish((acc * ts).astype(np.float64), k)
+    for ts in (tsa, tsb):
+        if ts is not None:
+            acc = finish((acc * np.float32(np.asarray(ts).reshape(-1)[0])).astype(np.float64), k)
     return acc
