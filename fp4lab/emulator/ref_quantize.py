@@ -109,7 +109,7 @@ def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: Qu
             t = xb / (Sb if ts is None else Sb * ts)
         else:
             recip = (F32(1.0) / Sb) if ts is None else (F32(1.0) / ts) / Sb
-            t = xb * recip
+            t = np.where((xb == 0) & np.isinf(recip), xb, xb * recip)  # 0 * inf (1/S overflowed) stays 0
     zero_scale = (Sb == 0) & ~np.isnan(xb)
     return np.where(zero_scale, np.copysign(F32(0), xb), t).astype(F32)
 
