@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.quantize import _blocks, _expand
-from fp4lab.kernels.tile import bits_of, decode_scale, rht_tile
+from fp4lab.kernels.tile import bits_of, decode_elements, decode_scale, rht_pairs
 
 
 @triton.jit
@@ -28,26 +28,35 @@ def bf16_bits_rtne(v):
 @triton.jit
 def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, signs_ptr, rscale, M, K, INNER,
                        BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
-                       TWO_D: tl.constexpr, INNER1: tl.constexpr, PACKED: tl.constexpr, SCALED: tl.constexpr,
-                       TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-                       RHT_N: tl.constexpr, OUT_BF16: tl.constexpr):
+                       TWO_D: tl.constexpr, INNER1: tl.constexpr, PACKED: tl.constexpr, WORDS: tl.constexpr,
+                       SCALED: tl.constexpr, TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr,
+                       SNAN: tl.constexpr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
+                       EBIAS: tl.constexpr, STEP: tl.constexpr, RHT_N: tl.constexpr, OUT_BF16: tl.constexpr):
+    """Tile held as even/odd column halves (as in quantize): packed bytes split into two codes elementwise,
+    bf16 pairs written as one int32 word (WORDS)."""
+    C2: tl.constexpr = BK // 2
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
-    cols = pid_k * BK + tl.arange(0, BK)
+    ce = pid_k * BK + 2 * tl.arange(0, C2)
     if INNER1:
-        addr = rows[:, None] * K + cols[None, :]
+        addr_e = rows[:, None] * K + ce[None, :]
+        addr_o = addr_e + 1
     else:
-        addr = (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
-    mask = (rows < M)[:, None] & (cols < K)[None, :]
+        addr_e = (rows // INNER)[:, None] * (K * INNER) + ce[None, :] * INNER + (rows % INNER)[:, None]
+        addr_o = addr_e + INNER
+    rmask = (rows < M)[:, None]
+    me = rmask & (ce < K)[None, :]
+    mo = rmask & (ce + 1 < K)[None, :]
     if PACKED:
-        pcols = pid_k * (BK // 2) + tl.arange(0, BK // 2)
-        p = tl.load(codes_ptr + rows[:, None] * (K // 2) + pcols[None, :],
-                    mask=(rows < M)[:, None] & (pcols < K // 2)[None, :], other=0).to(tl.int32)
-        code = tl.reshape(tl.join(p & 15, p >> 4), [BM, BK])
+        p = tl.load(codes_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :], mask=me, other=0).to(tl.int32)
+        code_e = p & 15
+        code_o = p >> 4
     else:
-        code = tl.load(codes_ptr + addr, mask=mask, other=0).to(tl.int32)
-    v = tl.load(vals_ptr + code)
+        code_e = tl.load(codes_ptr + addr_e, mask=me, other=0).to(tl.int32)
+        code_o = tl.load(codes_ptr + addr_o, mask=mo, other=0).to(tl.int32)
+    ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+    vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
     if SCALED:
         if TWO_D:
             srows = pid_m * (BM // TR) + tl.arange(0, BM // TR)
@@ -61,21 +70,29 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
             else:
                 saddr = ((rows // INNER)[:, None] * ((K // TC) * INNER) + scols[None, :] * INNER
                          + (rows % INNER)[:, None])
-            smask = (rows < M)[:, None] & (scols < K // TC)[None, :]
+            smask = rmask & (scols < K // TC)[None, :]
         sc = tl.load(sc_ptr + saddr, mask=smask, other=0).to(tl.int32)
         if SKIND == 3:
             sc = sc & 0xFFFF
-        S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
-        vb = _blocks(v, BM, BK, TR, TC, TWO_D) * _expand(S, TWO_D)
-        v = tl.reshape(vb, [BM, BK])
+        S = _expand(decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN), TWO_D)
+        ve = tl.reshape(_blocks(ve, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
+        vo = tl.reshape(_blocks(vo, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
         if TWO_LEVEL:
-            v = v * tl.load(ts_ptr)
+            ts = tl.load(ts_ptr)
+            ve = ve * ts
+            vo = vo * ts
     if RHT_N > 0:
-        v = rht_tile(v, signs_ptr, cols, rscale, BM, BK, RHT_N, True)
+        ve, vo = rht_pairs(ve, vo, signs_ptr, ce, rscale, BM, C2, RHT_N, True)
     if OUT_BF16:
-        tl.store(out_ptr + addr, bf16_bits_rtne(v), mask=mask)
+        if WORDS:
+            tl.store(out_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :],
+                     bf16_bits_rtne(ve) | (bf16_bits_rtne(vo) << 16), mask=me)
+        else:
+            tl.store(out_ptr + addr_e, bf16_bits_rtne(ve), mask=me)
+            tl.store(out_ptr + addr_o, bf16_bits_rtne(vo), mask=mo)
     else:
-        tl.store(out_ptr + addr, v, mask=mask)
+        tl.store(out_ptr + addr_e, ve, mask=me)
+        tl.store(out_ptr + addr_o, vo, mask=mo)
 
 
 def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, rht_seed=0, rotated=False,
@@ -89,8 +106,9 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
 
     from fp4lab.emulator.blocks import BlockView
     from fp4lab.emulator.rht import rht_scale, rht_signs
+    from fp4lab.errors import InputError
     from fp4lab.kernels.host import check_device, device_array, interpreting, matrix_view
-    from fp4lab.kernels.params import block_extents, element_params, scale_params
+    from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
     from fp4lab.kernels.quantize import _tile_shape
 
     check_device(codes, "dequantize")
@@ -103,7 +121,9 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     dev = codes.device
     ep = element_params(fmt, fmt.rounding)
     sp = scale_params(fmt)
-    bm, bk = tile if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d)
+    bm, bk = tile[:2] if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d)
+    if packed and mv.inner != 1:
+        raise InputError("dequantize: packed codes need blocks along the last axis")
     out_dtype = out_dtype or torch.float32
     out = torch.empty(shape, dtype=torch.int16 if out_dtype == torch.bfloat16 else torch.float32, device=dev)
     signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
@@ -113,12 +133,17 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     two_level = sp.two_level and apply_tensor_scale
     ts = tensor_scale.reshape(1).to(torch.float32) if two_level else torch.ones(1, dtype=torch.float32, device=dev)
     opts = {} if interpreting() else {"enable_fp_fusion": False}
+    if tile is not None and len(tile) > 2 and not interpreting():
+        opts["num_warps"] = tile[2]
+    bf16 = out_dtype == torch.bfloat16
+    words = bf16 and mv.inner == 1 and mv.K % 2 == 0
+    gk, eb, mb, ebias, step = element_decode_kind(fmt)
     if mv.M * mv.K:
         grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
         _dequantize_kernel[grid](
-            codes, sc, ts, out, device_array(ep.values, dev), device_array(sp.svals, dev), signs,
-            float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.inner,
-            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed,
+            codes, sc, ts, out.view(torch.int32) if words else out, device_array(ep.values, dev),
+            device_array(sp.svals, dev), signs, float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.inner,
+            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,
             SCALED=sp.method != 0, TWO_LEVEL=two_level, SKIND=sp.skind, SBIAS=sp.sbias, SNAN=sp.snan,
-            RHT_N=rht_n, OUT_BF16=out_dtype == torch.bfloat16, **opts)
+            GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, **opts)
     return out.view(torch.bfloat16) if out_dtype == torch.bfloat16 else out

@@ -22,24 +22,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from fp4lab.kernels.tile import decode_scale, f32_of
-
-
-@triton.jit
-def decode_elements(code, vals_ptr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
-                    EBIAS: tl.constexpr, STEP: tl.constexpr):
-    """fp32 value of element codes: GKIND 0 sign-magnitude ExMy (fields placed in fp32 bits, then one exact
-    power-of-two multiply; fp32 subnormals carry the grid's subnormals), 1 two's-complement int * step, 2 table."""
-    if GKIND == 0:
-        mag = code & ((1 << (EB + MB)) - 1)
-        sgn = (code >> (EB + MB)) & 1
-        v = f32_of((mag << (23 - MB)) | (sgn << 31))
-        return v * (2.0 ** (127 - EBIAS))
-    elif GKIND == 1:
-        k = (code << (32 - EB)) >> (32 - EB)
-        return k.to(tl.float32) * STEP
-    else:
-        return tl.load(vals_ptr + code)
+from fp4lab.kernels.tile import decode_elements, decode_scale
 
 
 @triton.jit
@@ -153,7 +136,7 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     from fp4lab.errors import InputError
     from fp4lab.kernels.dequantize import dequantize_triton
     from fp4lab.kernels.host import check_device, device_array, interpreting
-    from fp4lab.kernels.params import block_extents, gemm_decode_kind, scale_params
+    from fp4lab.kernels.params import block_extents, element_decode_kind, scale_params
 
     if mode not in ("exact", "fast"):
         raise InputError(f"gemm: mode '{mode}' is unknown; use 'exact' or 'fast'")
@@ -196,7 +179,7 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         bk = bs
     if bk % max(bs, 1):
         raise InputError(f"gemm: BK={bk} must be a multiple of the block size {bs}")
-    gk, eb, mb, ebias, step = gemm_decode_kind(fmt)
+    gk, eb, mb, ebias, step = element_decode_kind(fmt)
     sa = qa.scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
     sb = qb.scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
     if sa.dtype == torch.uint16:

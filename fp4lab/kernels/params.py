@@ -194,8 +194,8 @@ def block_extents(fmt: QuantFormat) -> tuple[int, int]:
     return tr, tc
 
 
-def gemm_decode_kind(fmt: QuantFormat) -> tuple[int, int, int, int, float]:
-    """(kind, e_bits, m_bits, bias, step) for in-register decoding of element codes in the GEMM:
+def element_decode_kind(fmt: QuantFormat) -> tuple[int, int, int, int, float]:
+    """(kind, e_bits, m_bits, bias, step) for in-register decoding of element codes (dequantize, GEMM):
     kind 0 sign-magnitude float without specials, 1 two's-complement int times step, 2 table lookup."""
     g = fmt.element
     if isinstance(g, FloatGrid) and g.signed and g.specials == "none" and g.subnormals:

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from fp4lab.kernels.tile import (
     FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_sr, f32_of, is_finite,
-    load_f32, philox_bits24, rht_tile,
+    load_f32, philox_pairs, rht_pairs, rht_tile,
 )
 
 
@@ -45,53 +45,47 @@ def _expand(s, TWO_D: tl.constexpr):
 
 
 @triton.jit
-def _bsum_ordered(sq, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr):
-    """fp32 sum of each block's values in element order (row-major within a tile), one rounding per addition.
-    Each step adds one element picked out by a masked tl.sum over zeros, which is exact."""
+def _pick(sq, ia, ib, a, b, TWO_D: tl.constexpr):
+    """Per-block value of element (a, b) of each block (a: tile row, b: column within the half): a masked
+    tl.sum over zeros, which is exact."""
+    if TWO_D:
+        return tl.sum(tl.sum(tl.where((ia == a) & (ib == b), sq, 0.0), axis=3), axis=1)
+    else:
+        return tl.sum(tl.where(ib == b, sq, 0.0), axis=2)
+
+
+@triton.jit
+def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.constexpr):
+    """fp32 sum of each block's values in element order (row-major within a tile; element 2j in the even half
+    ``sqe``, 2j+1 in the odd half ``sqo``), one rounding per addition."""
     if TWO_D:
         ia = tl.arange(0, TR)[None, :, None, None]
-        ib = tl.arange(0, TC)[None, None, None, :]
-        err = tl.sum(tl.sum(tl.where((ia == 0) & (ib == 0), sq, 0.0), axis=3), axis=1)
-        for j in range(1, TR * TC):
-            err = err + tl.sum(tl.sum(tl.where((ia == j // TC) & (ib == j % TC), sq, 0.0), axis=3), axis=1)
+        ib = tl.arange(0, TH)[None, None, None, :]
     else:
-        ib = tl.arange(0, TC)[None, None, :]
-        err = tl.sum(tl.where(ib == 0, sq, 0.0), axis=2)
-        for j in range(1, TC):
-            err = err + tl.sum(tl.where(ib == j, sq, 0.0), axis=2)
+        ia = 0
+        ib = tl.arange(0, TH)[None, None, :]
+    err = _pick(sqe, ia, ib, 0, 0, TWO_D) + _pick(sqo, ia, ib, 0, 0, TWO_D)
+    for j in range(1, TR * TH):
+        err = err + _pick(sqe, ia, ib, j // TH, j % TH, TWO_D)
+        err = err + _pick(sqo, ia, ib, j // TH, j % TH, TWO_D)
     return err
 
 
 @triton.jit
-def _encode(t, rnd, thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr,
-            nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+            N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
             PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr):
     if SR:
-        code = encode_sr(t, rnd, lvl_ptr, n_lvl, sctab_ptr, SZ_POS)
+        code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, N_LVL, L_LVL, SZ_POS)
     else:
-        code = encode_det(t, thr_ptr, n_thr, ctab_ptr, half, PATH, SIGN_OR, SZ_POS)
+        code = encode_det(t, thr_ptr, ctab_ptr, half, N_THR, L_THR, PATH, SIGN_OR, SZ_POS)
     return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF)
 
 
 @triton.jit
-def _candidate(xb, rb, amax, zero, has_inf, has_nan, ts, g, target, inv_target,
-               thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-               inf_neg, stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr, min_s, max_s, zero_code, inf_code,
-               snan_code, TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr,
-               SR: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
-               EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
-               SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
-               HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
-               EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr):
-    """(element codes, scale codes, decoded scales) of blocks ``xb`` for one amax target."""
-    sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, n_stab, scpos_ptr, n_scpos,
-                           METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
-                           HAS_MIN, HAS_MAX, STRICT, SMAXV, ENCODE)
-    if HAS_ZB:
-        sc = tl.where(zero, zero_code, sc)
-    sc = tl.where(has_inf, inf_code, sc)
-    sc = tl.where(has_nan, snan_code, sc)
-    S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
+                    DIV_POW2: tl.constexpr, ENCODE: tl.constexpr):
+    """fp32 scaled elements t of blocks xb with decoded block scales S (see ref_quantize.scale_elements)."""
     one = tl.full(S.shape, 1.0, tl.float32)
     if ENCODE:
         if TWO_LEVEL:
@@ -115,20 +109,51 @@ def _candidate(xb, rb, amax, zero, has_inf, has_nan, ts, g, target, inv_target,
         t = xb * _expand(r, TWO_D)
     if not ENCODE:
         t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
-    cb = _encode(t, rb, thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr,
-                 nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, PATH, SIGN_OR, OVF, SR, SZ_POS)
-    return cb, sc, S
+    return t
 
 
 @triton.jit
-def _sq_error(xb, cb, S, ts, vals_ptr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, inv_target,
+               thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+               stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
+               N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
+               N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
+               TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr,
+               SR: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
+               EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
+               SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
+               HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
+               EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr):
+    """(even-half codes, odd-half codes, scale codes, decoded scales) of the blocks for one amax target."""
+    sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, N_STAB, L_STAB,
+                           N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
+                           HAS_MIN, HAS_MAX, STRICT, SMAXV, ENCODE)
+    if HAS_ZB:
+        sc = tl.where(zero, zero_code, sc)
+    sc = tl.where(has_inf, inf_code, sc)
+    sc = tl.where(has_nan, snan_code, sc)
+    S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+    te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
+    to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
+    ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
+    co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
+    return ce, co, sc, S
+
+
+@triton.jit
+def _sq_error(eb, ob, ce, co, S, ts, vals_ptr, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.constexpr,
               TWO_LEVEL: tl.constexpr):
     """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2."""
-    deq = tl.load(vals_ptr + cb) * _expand(S, TWO_D)
+    de = tl.load(vals_ptr + ce) * _expand(S, TWO_D)
+    do = tl.load(vals_ptr + co) * _expand(S, TWO_D)
     if TWO_LEVEL:
-        deq = deq * ts
-    diff = deq - xb
-    return _bsum_ordered(diff * diff, TR, TC, TWO_D)
+        de = de * ts
+        do = do * ts
+    de = de - eb
+    do = do - ob
+    return _bsum_ordered(de * de, do * do, TR, TH, TWO_D)
 
 
 @triton.jit
@@ -155,39 +180,58 @@ def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
 @triton.jit
 def _quantize_kernel(
     x_ptr, codes_ptr, sc_ptr, s_ptr, amax_ptr, ts_ptr,
-    thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, vals_ptr,
+    thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, vals_ptr,
     nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-    tg_ptr, itg_ptr, n_tg, stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr,
+    tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
     ts_den, min_s, max_s, zero_code, inf_code, snan_code,
     signs_ptr, rscale, M, K, INNER, seed,
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
-    IN_KIND: tl.constexpr, INNER1: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
+    IN_KIND: tl.constexpr, INNER1: tl.constexpr, WORDS: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
+    N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
+    N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
     PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, FAST_RAND: tl.constexpr,
     RHT_N: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
     EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
-    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, MULTI: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
+    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
 ):
+    """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
+    load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
+    C2: tl.constexpr = BK // 2
+    TH: tl.constexpr = TC // 2
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
-    cols = pid_k * BK + tl.arange(0, BK)
+    ce = pid_k * BK + 2 * tl.arange(0, C2)
     if INNER1:
-        addr = rows[:, None] * K + cols[None, :]
+        addr_e = rows[:, None] * K + ce[None, :]
+        addr_o = addr_e + 1
     else:
-        addr = (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
-    mask = (rows < M)[:, None] & (cols < K)[None, :]
-    x = load_f32(x_ptr, addr, mask, IN_KIND)
+        addr_e = (rows // INNER)[:, None] * (K * INNER) + ce[None, :] * INNER + (rows % INNER)[:, None]
+        addr_o = addr_e + INNER
+    rmask = (rows < M)[:, None]
+    me = rmask & (ce < K)[None, :]
+    mo = rmask & (ce + 1 < K)[None, :]
+    if WORDS:
+        w = tl.load(x_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :], mask=me, other=0)
+        xe = f32_of(w << 16)
+        xo = f32_of(w & -65536)
+    else:
+        xe = load_f32(x_ptr, addr_e, me, IN_KIND)
+        xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
     if RHT_N > 0:
-        x = rht_tile(x, signs_ptr, cols, rscale, BM, BK, RHT_N, False)
+        xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
     if SR:
-        rnd = philox_bits24(seed, addr, rows, pid_k * BK, K, BM, BK, FAST_RAND)
+        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND)
     else:
-        rnd = addr
+        re = addr_e
+        ro = addr_o
     if METHOD == 0:
-        codes = _encode(x, rnd, thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr,
-                        nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, PATH, SIGN_OR, OVF, SR, SZ_POS)
+        code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
+        code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
     else:
         ts = 1.0
         g = 1.0
@@ -202,37 +246,45 @@ def _quantize_kernel(
                 ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
             if (pid_m == 0) & (pid_k == 0):
                 tl.store(ts_ptr, ts)
-        xb = _blocks(x, BM, BK, TR, TC, TWO_D)
-        rb = _blocks(rnd, BM, BK, TR, TC, TWO_D)
-        amax = _bmax(tl.where(is_finite(xb), tl.abs(xb), 0.0), TWO_D)
-        has_inf = _bmax(tl.where(tl.abs(xb) == float("inf"), 1, 0), TWO_D) > 0
+        eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
+        ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
+        reb = _blocks(re, BM, C2, TR, TH, TWO_D)
+        rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
+        amax = tl.maximum(_bmax(tl.where(is_finite(eb), tl.abs(eb), 0.0), TWO_D),
+                          _bmax(tl.where(is_finite(ob), tl.abs(ob), 0.0), TWO_D))
+        has_inf = (_bmax(tl.where(tl.abs(eb) == float("inf"), 1, 0), TWO_D)
+                   + _bmax(tl.where(tl.abs(ob) == float("inf"), 1, 0), TWO_D)) > 0
         if NAN_PROP:
-            has_nan = _bmax(tl.where(xb != xb, 1, 0), TWO_D) > 0
+            has_nan = (_bmax(tl.where(eb != eb, 1, 0), TWO_D) + _bmax(tl.where(ob != ob, 1, 0), TWO_D)) > 0
         else:
             has_nan = amax != amax
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
-        best_c, best_sc, best_S = _candidate(
-            xb, rb, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr),
-            thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-            stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-            TWO_D, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
-            TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
-        if MULTI:
-            best_err = _sq_error(xb, best_c, best_S, ts, vals_ptr, TR, TC, TWO_D, TWO_LEVEL)
-            for ti in range(1, n_tg):
-                cb, sc, S = _candidate(
-                    xb, rb, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti),
-                    thr_ptr, n_thr, ctab_ptr, half, lvl_ptr, n_lvl, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                    inf_neg, stab_ptr, n_stab, scpos_ptr, n_scpos, svals_ptr, min_s, max_s, zero_code, inf_code,
-                    snan_code, TWO_D, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
-                    SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
-                err = _sq_error(xb, cb, S, ts, vals_ptr, TR, TC, TWO_D, TWO_LEVEL)
+        best_e, best_o, best_sc, best_S = _candidate(
+            eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr),
+            thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+            stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
+            N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH, SIGN_OR, OVF, SR, METHOD,
+            EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
+            SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
+        if N_TG > 1:
+            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
+            for ti in tl.static_range(1, N_TG):
+                c_e, c_o, sc, S = _candidate(
+                    eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti),
+                    tl.load(itg_ptr + ti), thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr,
+                    ovf_nan, inf_pos, inf_neg, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code,
+                    inf_code, snan_code, N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH,
+                    SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
+                    TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
+                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
                 take = err < best_err
-                best_c = tl.where(_expand(take, TWO_D), cb, best_c)
+                best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
+                best_o = tl.where(_expand(take, TWO_D), c_o, best_o)
                 best_sc = tl.where(take, sc, best_sc)
                 best_S = tl.where(take, S, best_S)
                 best_err = tl.where(take, err, best_err)
-        codes = tl.reshape(best_c, [BM, BK])
+        code_e = tl.reshape(best_e, [BM, C2])
+        code_o = tl.reshape(best_o, [BM, C2])
         if TWO_D:
             srows = pid_m * (BM // TR) + tl.arange(0, BM // TR)
             scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
@@ -245,18 +297,15 @@ def _quantize_kernel(
             else:
                 saddr = ((rows // INNER)[:, None] * ((K // TC) * INNER) + scols[None, :] * INNER
                          + (rows % INNER)[:, None])
-            smask = (rows < M)[:, None] & (scols < K // TC)[None, :]
+            smask = rmask & (scols < K // TC)[None, :]
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:
             tl.store(s_ptr + saddr, best_S, mask=smask)
     if PACK:
-        pc = tl.reshape(codes, [BM, BK // 2, 2])
-        lo, hi = tl.split(pc)
-        pcols = pid_k * (BK // 2) + tl.arange(0, BK // 2)
-        tl.store(codes_ptr + rows[:, None] * (K // 2) + pcols[None, :], lo | (hi << 4),
-                 mask=(rows < M)[:, None] & (pcols < K // 2)[None, :])
+        tl.store(codes_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :], code_e | (code_o << 4), mask=me)
     else:
-        tl.store(codes_ptr + addr, codes, mask=mask)
+        tl.store(codes_ptr + addr_e, code_e, mask=me)
+        tl.store(codes_ptr + addr_o, code_o, mask=mo)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -305,7 +354,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     ep = element_params(fmt, mode)
     sp = scale_params(fmt)
     interp = interpreting()
-    bm, bk = tile if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interp, two_d)
+    bm, bk = tile[:2] if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interp, two_d)
     if bk % tc or bm % tr or (rht_n and bk % rht_n):
         raise InputError(f"quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT size")
     inner1 = mv.inner == 1
@@ -316,6 +365,8 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
     rscale = float(rht_scale(rht_n)) if rht_n else 1.0
     opts = {"enable_fp_fusion": False} if not interp else {}
+    if tile is not None and len(tile) > 2 and not interp:
+        opts["num_warps"] = tile[2]
     amax_buf = torch.zeros(1, dtype=f32, device=dev)
     if sp.two_level:
         if tensor_amax is not None:
@@ -332,26 +383,36 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
     ts_out = torch.ones(1, dtype=f32, device=dev)
     fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
+    words = in_kind == 1 and inner1 and mv.K % 2 == 0
+    xk = xin.view(torch.int32) if words else xin
+    if sp.method and tc < 2:
+        raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
+
+    def n_log(a: np.ndarray) -> tuple[int, int]:
+        return int(a.size), int(a.size).bit_length()
+
+    n_thr, l_thr = n_log(ep.thr)
+    n_lvl, l_lvl = n_log(ep.levels)
+    n_stab, l_stab = n_log(sp.stab)
     if mv.M * mv.K:
         _quantize_kernel[grid](
-            xin, codes, scodes, scales, amax_buf, ts_out,
-            device_array(ep.thr, dev), int(ep.thr.size), device_array(ep.ctab, dev), ep.half,
-            device_array(ep.levels, dev), int(ep.levels.size), device_array(ep.ctab_signed, dev),
-            device_array(ep.values, dev),
+            xk, codes, scodes, scales, amax_buf, ts_out,
+            device_array(ep.thr, dev), device_array(ep.ctab, dev), ep.half, device_array(ep.levels, dev),
+            device_array(ep.ctab_signed, dev), device_array(ep.values, dev),
             ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
-            device_array(sp.targets, dev), device_array(sp.inv_targets, dev), int(sp.targets.size),
-            device_array(sp.stab, dev), int(sp.stab.size), device_array(sp.scpos, dev), int(sp.scpos.size),
-            device_array(sp.svals, dev),
+            device_array(sp.targets, dev), device_array(sp.inv_targets, dev), device_array(sp.stab, dev),
+            device_array(sp.scpos, dev), device_array(sp.svals, dev),
             sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
             signs, rscale, mv.M, mv.K, mv.inner, int(seed),
-            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, PACK=packed,
-            STORE_S=bool(sp.method and store_scales), PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow,
-            SR=mode == "sr", FAST_RAND=fast_rand, RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode,
-            EVEN_ADD=sp.even_add, EMAX=sp.emax, SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan,
-            SDIV=sp.sdiv, TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None,
-            HAS_MAX=sp.max_scale is not None, STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0,
-            NAN_PROP=sp.nan_prop, EDIV=sp.ediv, DIV_POW2=sp.div_pow2, MULTI=sp.targets.size > 1,
-            ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive", **opts)
+            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, WORDS=words, PACK=packed,
+            STORE_S=bool(sp.method and store_scales), N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl,
+            N_TG=int(sp.targets.size), N_STAB=n_stab, L_STAB=l_stab, N_SCPOS=int(sp.scpos.size),
+            PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow, SR=mode == "sr", FAST_RAND=fast_rand,
+            RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax,
+            SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv,
+            TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
+            STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
+            DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive", **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None

@@ -58,33 +58,40 @@ def load_f32(ptr, offs, mask, IN_KIND: tl.constexpr):
 
 
 @triton.jit
-def count_ge(v, tab_ptr, n):
-    """int32 count of j < n with v >= tab[j] (NaN counts nothing)."""
+def count_tab(v, tab_ptr, N: tl.constexpr, STRICT: tl.constexpr, LOG: tl.constexpr):
+    """int32 count of j < N with v >= tab[j] (STRICT: v > tab[j]) for an ascending table; NaN counts nothing.
+    Up to 32 entries: unrolled compares (independent scalar loads); larger tables: binary search by gathers
+    (LOG = bit length of N)."""
     c = tl.full(v.shape, 0, tl.int32)
-    for j in range(n):
-        c += (v >= tl.load(tab_ptr + j)).to(tl.int32)
+    if N <= 32:
+        for j in tl.static_range(N):
+            th = tl.load(tab_ptr + j)
+            if STRICT:
+                c += (v > th).to(tl.int32)
+            else:
+                c += (v >= th).to(tl.int32)
+    else:
+        for s in tl.static_range(LOG):
+            cand = c + (1 << (LOG - 1 - s))
+            ok = cand <= N
+            th = tl.load(tab_ptr + tl.minimum(cand, N) - 1)
+            if STRICT:
+                c = tl.where(ok & (v > th), cand, c)
+            else:
+                c = tl.where(ok & (v >= th), cand, c)
     return c
 
 
 @triton.jit
-def count_gt(v, tab_ptr, n):
-    """int32 count of j < n with v > tab[j]."""
-    c = tl.full(v.shape, 0, tl.int32)
-    for j in range(n):
-        c += (v > tl.load(tab_ptr + j)).to(tl.int32)
-    return c
-
-
-@triton.jit
-def encode_det(t, thr_ptr, n_thr, ctab_ptr, half, PATH: tl.constexpr, SIGN_OR: tl.constexpr,
-               SZ_POS: tl.constexpr):
+def encode_det(t, thr_ptr, ctab_ptr, half, N_THR: tl.constexpr, L_THR: tl.constexpr, PATH: tl.constexpr,
+               SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
     """Element codes of fp32 ``t`` for a deterministic mode (see params.py for the three paths)."""
     neg = negative(t, SZ_POS)
     if PATH == 2:
-        idx = count_ge(t, thr_ptr, n_thr)
+        idx = count_tab(t, thr_ptr, N_THR, False, L_THR)
         code = tl.load(ctab_ptr + idx + neg * half)
     else:
-        m = count_ge(tl.abs(t), thr_ptr, n_thr)
+        m = count_tab(tl.abs(t), thr_ptr, N_THR, False, L_THR)
         if PATH == 0:
             code = m | (neg * SIGN_OR)
         else:
@@ -93,10 +100,10 @@ def encode_det(t, thr_ptr, n_thr, ctab_ptr, half, PATH: tl.constexpr, SIGN_OR: t
 
 
 @triton.jit
-def encode_sr(t, rand24, lvl_ptr, n_lvl, ctab_ptr, SZ_POS: tl.constexpr):
+def encode_sr(t, rand24, lvl_ptr, ctab_ptr, n_lvl: tl.constexpr, L_LVL: tl.constexpr, SZ_POS: tl.constexpr):
     """Stochastic rounding: neighbours lo <= t < hi, p = div_rn(t - lo, hi - lo); up iff floor(p * 2^24) > rand24."""
     neg = negative(t, SZ_POS)
-    k = count_ge(t, lvl_ptr, n_lvl) - 1
+    k = count_tab(t, lvl_ptr, n_lvl, False, L_LVL) - 1
     k = tl.minimum(tl.maximum(k, 0), n_lvl - 2)
     lo = tl.load(lvl_ptr + k)
     hi = tl.load(lvl_ptr + k + 1)
@@ -115,6 +122,23 @@ def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF:
     elif OVF == 2:
         code = tl.where(tl.abs(t) >= ovf_thr, tl.where(sign_bit(t) == 1, inf_neg, inf_pos), code)
     return tl.where(t != t, nan_code, code)
+
+
+@triton.jit
+def decode_elements(code, vals_ptr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
+                    EBIAS: tl.constexpr, STEP: tl.constexpr):
+    """fp32 value of element codes: GKIND 0 sign-magnitude ExMy (fields placed in fp32 bits, then one exact
+    power-of-two multiply; fp32 subnormals carry the grid's subnormals), 1 two's-complement int * step, 2 table."""
+    if GKIND == 0:
+        mag = code & ((1 << (EB + MB)) - 1)
+        sgn = (code >> (EB + MB)) & 1
+        v = f32_of((mag << (23 - MB)) | (sgn << 31))
+        return v * (2.0 ** (127 - EBIAS))
+    elif GKIND == 1:
+        k = (code << (32 - EB)) >> (32 - EB)
+        return k.to(tl.float32) * STEP
+    else:
+        return tl.load(vals_ptr + code)
 
 
 @triton.jit
@@ -156,7 +180,8 @@ def decode_scale(code, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN
 
 
 @triton.jit
-def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, n_stab, scpos_ptr, n_scpos,
+def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr,
+                      N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
                       METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr, EMAX: tl.constexpr,
                       SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
                       SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
@@ -190,11 +215,8 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, n
             code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 1:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
-            if STRICT:
-                idx = count_gt(c, stab_ptr, n_stab)
-            else:
-                idx = count_ge(c, stab_ptr, n_stab)
-            code = tl.load(scpos_ptr + tl.minimum(idx, n_scpos - 1))
+            idx = count_tab(c, stab_ptr, N_STAB, STRICT, L_STAB)
+            code = tl.load(scpos_ptr + tl.minimum(idx, N_SCPOS - 1))
             code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 2:
             code = bits_of(ideal)
@@ -265,3 +287,44 @@ def philox_bits24(seed, addr, rows, k0, K, R: tl.constexpr, C: tl.constexpr, FAS
         j = addr % 4
         r = tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3)))
     return (r >> 8).to(tl.int32)
+
+
+@triton.jit
+def rht_pairs(e, o, signs_ptr, cols_e, rscale, R: tl.constexpr, C2: tl.constexpr, N: tl.constexpr,
+              INVERSE: tl.constexpr):
+    """RHT on a tile held as even/odd column halves e, o [R, C2] (cols_e: global even column indices).
+    Stage h = 1 pairs (even, odd) elementwise; stages h >= 2 act within each half with h/2."""
+    se = tl.load(signs_ptr + (cols_e % N))[None, :]
+    so = tl.load(signs_ptr + ((cols_e + 1) % N))[None, :]
+    if not INVERSE:
+        e = e * se
+        o = o * so
+    e, o = e + o, e - o
+    if N >= 4:
+        e = fwht(e, R, C2, N // 2)
+        o = fwht(o, R, C2, N // 2)
+    e = e * rscale
+    o = o * rscale
+    if INVERSE:
+        e = e * se
+        o = o * so
+    return e, o
+
+
+@triton.jit
+def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr):
+    """24 SR bits (int32) for the even and odd halves: word (i % 4) of randint4x(seed, i // 4) >> 8, i = address.
+    FAST (rows contiguous, K % 4 == 0, k0 % 4 == 0): one Philox call per 4 consecutive elements."""
+    if FAST:
+        g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C2 // 2))[None, :]
+        w0, w1, w2, w3 = tl.randint4x(seed, g)
+        re = tl.reshape(tl.join(w0, w2), [R, C2])
+        ro = tl.reshape(tl.join(w1, w3), [R, C2])
+    else:
+        a0, a1, a2, a3 = tl.randint4x(seed, addr_e // 4)
+        j = addr_e % 4
+        re = tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3)))
+        b0, b1, b2, b3 = tl.randint4x(seed, addr_o // 4)
+        j = addr_o % 4
+        ro = tl.where(j == 0, b0, tl.where(j == 1, b1, tl.where(j == 2, b2, b3)))
+    return (re >> 8).to(tl.int32), (ro >> 8).to(tl.int32)

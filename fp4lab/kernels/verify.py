@@ -4,7 +4,7 @@ Each case quantizes one tensor (random or adversarial data: ties, values next to
 subnormals, huge values, NaN/Inf, all-zero blocks) with one format, rounding (rtne / sr), RHT (off / 16) and
 blocked axis (last / first), then compares codes, scale codes, scales, tensor scale and the dequantized fp32
 values with ``quantize_reference`` / ``dequantize_reference`` as integer bit patterns. Any difference is a
-mismatch; the first one is reported in full.
+mismatch (NaN results compare equal whatever their payload and sign); the first one is reported in full.
 """
 
 from __future__ import annotations
@@ -104,8 +104,12 @@ def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None
 
 
 def _bits(a: Any) -> np.ndarray:
+    """Integer bit patterns; float32 NaNs of any payload or sign become 0x7FC00000 (IEEE 754 leaves NaN payloads
+    unspecified: NVIDIA GPUs produce 0x7FFFFFFF, x86 0xFFC00000 or the propagated payload)."""
     a = np.ascontiguousarray(a)
-    if a.dtype in (np.float32, np.int32):
+    if a.dtype == np.float32:
+        return np.where(np.isnan(a), np.uint32(0x7FC00000), a.view(np.uint32))
+    if a.dtype == np.int32:
         return a.view(np.uint32)
     if a.dtype in (np.int16,):
         return a.view(np.uint16)

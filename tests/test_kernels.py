@@ -1,0 +1,225 @@
+"""Triton kernels (in the CPU interpreter, TRITON_INTERPRET=1 from conftest.py) against the numpy reference, bit
+for bit: quantize (every registered format, rtne/sr, RHT, axes, 2-D tiles, input dtypes, packing), dequantize
+(fp32/bf16, inverse RHT), RHT, GEMM (exact/fast), a spec-file grid, and ``fp4lab verify``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import fp4lab
+from fp4lab.emulator.pack import pack_nibbles
+from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
+from fp4lab.emulator.rht import rht_reference
+from fp4lab.errors import InputError
+from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
+from fp4lab.kernels.gemm import gemm_plan, gemm_reference
+from fp4lab.kernels.verify import Case, _bits, compare, kernel_fields, make_input, reference_fields
+
+ALL = fp4lab.list_formats()
+
+
+def u32(a) -> np.ndarray:
+    a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else a)
+    return a.view(np.uint32) if a.dtype in (np.float32, np.int32) else a
+
+
+def assert_same(qt, ref) -> None:
+    assert np.array_equal(qt.codes.numpy(), ref.codes)
+    sc = qt.scale_codes
+    sc = sc.view(torch.int16) if sc.dtype == torch.uint16 else sc
+    want_sc = np.asarray(ref.scale_codes)
+    got_sc = sc.numpy().view(want_sc.dtype) if want_sc.size else np.zeros((0,), want_sc.dtype)
+    assert np.array_equal(got_sc, want_sc)
+    if ref.scale_codes.size:
+        assert np.array_equal(u32(qt.scales), u32(np.asarray(ref.scales, np.float32)))
+    if ref.tensor_scale is None:
+        assert qt.tensor_scale is None
+    else:
+        assert u32(qt.tensor_scale.reshape(1)) == u32(np.array([ref.tensor_scale], np.float32))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_quantize_matches_reference_all_formats(name):
+    """Adversarial data (ties, powers of two, zeros/all-zero blocks, subnormals, huge, NaN/Inf): every field."""
+    fmt = fp4lab.get_format(name)
+    two_d = fmt.block is not None and fmt.block.is_2d
+    for i, (rounding, rht, axis) in enumerate([("rtne", None, -1), ("sr", 16, -1), ("sr", None, 0), ("rtne", 16, 0)]):
+        if two_d and axis == 0:
+            axis = -1
+        x = make_input("adversarial" if i % 2 == 0 else "random", 128, 128, seed=i)
+        with np.errstate(all="ignore"):
+            qt = quantize_cuda(torch.from_numpy(x), fmt, rounding, seed=11 + i, axis=axis, rht=rht, rht_seed=5)
+        ref = quantize_reference(x, fmt, rounding, seed=11 + i, axis=axis, rht=rht, rht_seed=5)
+        assert_same(qt, ref)
+
+
+@pytest.mark.parametrize("mode", ["rtna", "rtnz", "rtz"])
+def test_other_rounding_modes(mode):
+    for name in ("nvfp4", "int4-b32-e8m0", "nf4-b64-fp32"):
+        fmt = fp4lab.get_format(name)
+        x = make_input("adversarial", 64, 128, seed=3)
+        with np.errstate(all="ignore"):
+            qt = quantize_cuda(torch.from_numpy(x), fmt, mode)
+        assert_same(qt, quantize_reference(x, fmt, mode))
+
+
+def test_input_dtypes_and_middle_axis():
+    fmt = fp4lab.get_format("mxfp4")
+    x = make_input("random", 64, 256, seed=4)
+    for dt in (torch.bfloat16, torch.float16, torch.float64):
+        xt = torch.from_numpy(x).to(dt)
+        xf = xt.to(torch.float32).numpy()
+        for mode in ("rtne", "sr"):
+            assert_same(quantize_cuda(xt, fmt, mode, seed=2, rht=32), quantize_reference(xf, fmt, mode, seed=2, rht=32))
+    x3 = make_input("adversarial", 6 * 64, 24, seed=5).reshape(6, 64, 24)
+    for mode in ("rtne", "sr"):
+        with np.errstate(all="ignore"):
+            qt = quantize_cuda(torch.from_numpy(x3), fmt, mode, seed=9, axis=1, rht=16)
+        assert_same(qt, quantize_reference(x3, fmt, mode, seed=9, axis=1, rht=16))
+
+
+def test_spec_file_grid_runs_without_new_kernel_code(tmp_path):
+    """A 6-bit float grid (E3M2, 8-bit-table thresholds path) with UE5M3 scales, block 32, from a spec file,
+    and an asymmetric value table: the kernels take derived constants only."""
+    spec = tmp_path / "e3m2.toml"
+    spec.write_text('name = "e3m2-b32-ue5m3"\nelement = "e3m2"\nblock = { shape = [32] }\nscale = "ue5m3"\n'
+                    'rounding = "rtne"\nnan_element = "zero"\n[scale_rule]\nmethod = "amax"\n')
+    table = QuantFormat(name="tab3", element={"kind": "table", "bits": 3,
+                                              "values": [0.0, 0.5, 1.0, 3.0, -0.25, -1.0, -2.0, -4.0]},
+                        block={"shape": [16]}, scale="fp32", scale_rule={"method": "amax", "zero_block": "one"},
+                        nan_element="zero")
+    for fmt in (fp4lab.load_format(spec), table):
+        x = make_input("adversarial", 64, 128, seed=6)
+        for mode in ("rtne", "sr", "rtna"):
+            with np.errstate(all="ignore"):
+                qt = quantize_cuda(torch.from_numpy(x), fmt, mode, seed=1, rht=16)
+            assert_same(qt, quantize_reference(x, fmt, mode, seed=1, rht=16))
+
+
+def test_packed_output_matches_pack_nibbles():
+    from fp4lab.kernels.quantize import quantize_triton
+
+    fmt = fp4lab.get_format("nvfp4")
+    x = make_input("random", 32, 256, seed=7)
+    codes, *_ = quantize_triton(torch.from_numpy(x), fmt, "sr", seed=3, packed=True)
+    ref = quantize_reference(x, fmt, "sr", seed=3)
+    assert np.array_equal(codes.numpy(), pack_nibbles(ref.codes))
+    with pytest.raises(InputError):
+        quantize_triton(torch.from_numpy(x), fmt, packed=True, axis=0)
+
+
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "nvfp4-2d", "nf4-b64-fp32", "e2m1", "int4-b32-e8m0"])
+def test_dequantize_fp32_bf16_and_inverse_rht(name):
+    from fp4lab.kernels.dequantize import dequantize_triton
+
+    fmt = fp4lab.get_format(name)
+    x = make_input("adversarial", 64, 128, seed=8)
+    for rht in (None, 16):
+        with np.errstate(all="ignore"):
+            qt = quantize_cuda(torch.from_numpy(x), fmt, rht=rht, rht_seed=2)
+            ref = quantize_reference(x, fmt, rht=rht, rht_seed=2)
+            got = dequantize_cuda(qt).numpy()
+            got_bf = dequantize_cuda(qt, rotated=True, out_dtype=torch.bfloat16)
+        assert np.array_equal(_bits(got), _bits(dequantize_reference(ref)))
+        want_bf = torch.from_numpy(dequantize_reference(ref, rotated=True)).to(torch.bfloat16)
+        nan = want_bf.float().isnan()
+        assert torch.equal(got_bf.float().isnan(), nan)
+        assert torch.equal(got_bf.view(torch.int16)[~nan], want_bf.view(torch.int16)[~nan])
+        if fmt.element.bits == 4 and not (fmt.block is not None and fmt.block.is_2d):
+            packed = qt.packed()
+            with np.errstate(all="ignore"):
+                got_p = dequantize_triton(packed, qt.scale_codes, qt.tensor_scale, fmt, qt.axis, rht=rht,
+                                          rht_seed=2, packed=True)
+            assert np.array_equal(_bits(got_p.numpy()), _bits(dequantize_reference(ref)))
+
+
+def test_rht_matches_reference():
+    x = make_input("random", 32, 512, seed=9)
+    for n in (16, 64, 256):
+        for inv in (False, True):
+            for axis in (-1, 0):
+                if x.shape[axis] % n:
+                    continue
+                got = rht_cuda(torch.from_numpy(x), n, 7, axis, inv).numpy()
+                assert np.array_equal(_bits(got), _bits(rht_reference(x, n, 7, axis, inv)))
+    with pytest.raises(InputError):
+        rht_cuda(torch.from_numpy(x[:, :40]), 16)
+
+
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "int4-b16-fp32", "nvfp4-2d"])
+def test_gemm_exact_matches_reference(name):
+    """Per-block path: bitwise vs gemm_reference on random data. Fold path: bitwise vs gemm_reference and float64
+    on data whose partial sums are exact (the interpreter's fp32 matmul order is not the GPU's)."""
+    fmt = fp4lab.get_format(name)
+    rng = np.random.default_rng(10)
+    if gemm_plan(fmt) == "perblock":
+        a, b = rng.standard_normal((48, 128)).astype(np.float32), rng.standard_normal((32, 128)).astype(np.float32)
+    else:
+        a = (rng.integers(-6, 7, (48, 128)) * 0.5).astype(np.float32)
+        b = (rng.integers(-6, 7, (32, 128)) * 0.5).astype(np.float32)
+    qa, qb = quantize_cuda(torch.from_numpy(a), fmt), quantize_cuda(torch.from_numpy(b), fmt)
+    ra, rb = quantize_reference(a, fmt), quantize_reference(b, fmt)
+    c = gemm(qa, qb, "exact").numpy()
+    assert np.array_equal(_bits(c), _bits(gemm_reference(ra, rb)))
+    f64 = dequantize_reference(ra).astype(np.float64) @ dequantize_reference(rb).astype(np.float64).T
+    fast = gemm(qa, qb, "fast").numpy()
+    assert np.max(np.abs(fast - f64)) <= 1e-2 * np.max(np.abs(f64))
+
+
+def test_gemm_errors():
+    x = torch.from_numpy(make_input("random", 32, 64, seed=1))
+    qa = quantize_cuda(x, "mxfp4")
+    with pytest.raises(InputError):
+        gemm(qa, quantize_cuda(x, "nvfp4"))
+    with pytest.raises(InputError):
+        gemm(qa, qa, mode="fastest")
+    with pytest.raises(InputError):
+        gemm(quantize_cuda(x, "nf4-b64-fp32"), quantize_cuda(x, "nf4-b64-fp32"))
+
+
+def test_swizzle_128x4_layout():
+    from fp4lab.kernels.pack import swizzle_scales_128x4, unpack_nibbles_torch
+
+    s = torch.arange(130 * 6, dtype=torch.int32).reshape(130, 6)
+    z = swizzle_scales_128x4(s)
+    assert z.numel() == 256 * 8
+    tiles = z.reshape(2, 2, 32, 4, 4)
+    for r, c in ((0, 0), (37, 5), (129, 1), (100, 3)):
+        assert int(tiles[r // 128, c // 4, r % 32, (r % 128) // 32, c % 4]) == int(s[r, c])
+    codes = torch.randint(0, 16, (4, 10), dtype=torch.uint8)
+    assert torch.equal(unpack_nibbles_torch(fp4lab.quantized.QuantizedTensor(
+        codes, None, None, None, fp4lab.get_format("e2m1"), 1, "rtne").packed()), codes)
+
+
+def test_verify_compare_reports_first_mismatch():
+    case = Case("mxfp4", "rtne", None, -1, "random", 64, 64, 0)
+    x = make_input("random", 64, 64, 0)
+    got = kernel_fields(case, x, "cpu")
+    want = reference_fields(case, x)
+    assert compare(case, got, want).mismatches == 0
+    got["codes"] = got["codes"].copy()
+    got["codes"][3, 5] ^= 1
+    out = compare(case, got, want)
+    assert out.mismatches == 1 and out.detail["first"]["field"] == "codes" and out.detail["first"]["index"] == (3, 5)
+    nan_a = np.array([np.nan], np.float32)
+    nan_b = np.array([0xFFC00000], np.uint32).view(np.float32)
+    assert np.array_equal(_bits(nan_a), _bits(nan_b))
+
+
+def test_verify_cli_interpreter(tmp_path, capsys):
+    import argparse
+
+    from fp4lab.kernels.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["verify", "--device", "interpreter", "--formats", "mxfp4", "ufp4", "--elements",
+                              "1e4", "--json", str(tmp_path / "v.json")])
+    assert args.func(args) == 0
+    import json
+
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["mismatches"] == 0 and data["elements"] > 0
