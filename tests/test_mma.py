@@ -104,8 +104,9 @@ def test_numba_equals_reference_larger(case):
 # ---- hand-derived probes (hw_numerics.md 1.1, 4.2) -----------------------------------------------------------------
 def one_dot(a, b, c, kind, hw="hopper-sm90", **kw):
     K = len(a)
-    return emulate_mma(np.array([a], dtype=np.float64), np.array(b, dtype=np.float64).reshape(K, 1),
-                       np.array([[c]], dtype=np.float16 if "f16acc" in kind else np.float32), hw=hw, kind=kind, **kw)[0, 0]
+    c = np.array([[c]], dtype=np.float16 if "f16acc" in kind else np.float32)
+    return emulate_mma(np.array([a], dtype=np.float64), np.array(b, dtype=np.float64).reshape(K, 1), c, hw=hw,
+                       kind=kind, **kw)[0, 0]
 
 
 def pad16(*vals):
@@ -383,3 +384,42 @@ def test_emulate_gemm_per_block_reproduces_exact_gemm_reference(name):
     qb = fp4lab.quantize(rng.standard_normal((6, 256)).astype(np.float32), name)
     d = emulate_gemm(qa, qb, kind="wgmma.bf16", block_k=64, scale_mode="per_block")
     assert np.array_equal(bits(d), bits(gemm_reference(qa, qb)))
+
+
+@pytest.mark.parametrize("grid,kind", [("e1m2", "bsmma.e1m2"), ("int4", "bsmma.int4"), ("e2m1", "bsmma.e2m1")])
+def test_registry_grids_run_on_the_proposal(grid, kind):
+    """Registry element grids (objects with .values) as operand formats; unit scales give the exact sum, and the
+    same values through the table path and the named operand format agree bit for bit."""
+    import fp4lab
+
+    g = fp4lab.get_format(grid)
+    table = g.element.values if hasattr(g, "element") else g.values
+    rng = np.random.default_rng(6)
+    ca = rng.integers(0, 16, size=(3, 64)).astype(np.uint8)
+    cb = rng.integers(0, 16, size=(64, 5)).astype(np.uint8)
+    sa, sb = np.ones((3, 4)), np.ones((4, 5))
+    d = emulate_mma(ca, cb, None, hw="proposal-ufp4", kind=kind, a_format=g, b_format=g, scale_a=sa, scale_b=sb,
+                    scale_format="ue4m3")
+    exact = table[ca].astype(np.float64) @ table[cb].astype(np.float64)
+    assert np.array_equal(d, exact.astype(np.float32))
+    named = emulate_mma(table[ca], table[cb], None, hw="proposal-ufp4", kind=kind, a_format=grid, b_format=grid,
+                        scale_a=sa * 4, scale_b=sb, scale_format="ue4m3")
+    assert np.array_equal(bits(named), bits(d * np.float32(4)))
+
+
+@pytest.mark.parametrize("sf,block,lo,hi", [("ue4m3", 16, 40, 70), ("ue8m0", 32, 124, 131)])
+def test_gst_scaled_group_sums_exact_when_exponents_are_close(sf, block, lo, hi):
+    """Block scales within a few binades of each other and C = 0: every scaled group sum lies within F = 35 bits
+    of the largest scale exponent, so one mxf4nvf4 instruction gives RZ_fp32(sum of exactly scaled products)."""
+    rng = np.random.default_rng(13)
+    a, b = rand_values(rng, "e2m1", (7, 64)), rand_values(rng, "e2m1", (64, 6))
+    of = operand_format(sf)
+    sa = decode_codes(rng.integers(lo, hi, size=(7, 64 // block)), of)
+    sb = decode_codes(rng.integers(lo, hi, size=(64 // block, 6)), of)
+    d = emulate_mma(a, b, None, hw="blackwell-sm100", kind="tcgen05.mxf4nvf4", scale_a=sa, scale_b=sb,
+                    scale_format=sf)
+    exact = (a * np.repeat(sa, block, axis=1)) @ (b * np.repeat(sb, block, axis=0))
+    assert np.array_equal(bits(d), bits(_exact_rz(exact)))
+    ref = emulate_mma(a, b, None, hw="blackwell-sm100", kind="tcgen05.mxf4nvf4", scale_a=sa, scale_b=sb,
+                      scale_format=sf, impl="reference")
+    assert np.array_equal(bits(d), bits(ref))

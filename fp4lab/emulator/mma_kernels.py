@@ -131,8 +131,9 @@ def gst_fdpa_gemm(a, b, c, ssa, esa, ssb, esb, L, G, F, e_zero, c_emin, rne, mbi
                             all_zero = False
                     gi = g0 // G
                     ss = ssa[i, gi] * ssb[gi, j]
-                    vals[g] = gs * ss
-                    exps[g] = e_zero if (all_zero or ss == 0.0) else esa[i, gi] + esb[gi, j]
+                    es = esa[i, gi] + esb[gi, j]
+                    vals[g] = math.ldexp(gs * ss, es)  # scaled group sum; aligned by the scale exponents only
+                    exps[g] = e_zero if (all_zero or ss == 0.0) else es
                     if not np.isfinite(vals[g]):
                         special = True
                 vals[ng] = acc

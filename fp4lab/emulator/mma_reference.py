@@ -107,7 +107,7 @@ def gst_fdpa(a: list[float], b: list[float], c: float, sa: list[float], sb: list
         ssig_b = sb[g] if math.isnan(sb[g]) or sb[g] == 0 else math.ldexp(sb[g], -exponent(sb[g], s_emin))
         ssig = ssig_a * ssig_b
         all_zero = all(v == 0.0 for v in prods) or ssig == 0.0
-        vals.append(gsum * ssig)
+        vals.append(gsum * sa[g] * sb[g])  # the scaled group sum (exact: scales have few significant bits)
         exps.append(p.e_zero if all_zero else exponent(sa[g], s_emin) + exponent(sb[g], s_emin))
     sp = special_sum(vals + [c])
     if sp is not None:
