@@ -140,13 +140,17 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
 
 
 def verify_mma(args: argparse.Namespace) -> int:
-    """Published H200 vectors through the hopper-sm90 model (CPU); with a CUDA GPU also the tl.dot probe."""
+    """Published H200 vectors through the hopper-sm90 model (CPU); with a CUDA GPU also the tl.dot probe.
+
+    Reads ``args.gpu`` (auto/on/off; or ``args.device`` cuda/interpreter as the top-level ``verify`` has it),
+    ``args.n``, ``args.k`` and ``args.json`` (True: JSON to stdout; a path: also write the JSON there)."""
     from .vectors import check_published_vectors
 
     res = check_published_vectors()
     ok = all(r["bit_exact"] == r["rows"] for r in res)
     report: dict[str, Any] = {"published_vectors": res}
-    gpu = getattr(args, "gpu", "auto")
+    device = getattr(args, "device", None)
+    gpu = getattr(args, "gpu", None) or {"cuda": "on", "interpreter": "off"}.get(device or "", "auto")
     if gpu != "off":
         import importlib.util
 
@@ -163,7 +167,11 @@ def verify_mma(args: argparse.Namespace) -> int:
             ok &= all(r.get("mismatches", 1) == 0 for r in probe["results"])
         elif gpu == "on":
             raise ValueError("verify --mma --gpu on: no CUDA GPU available")
-    if getattr(args, "json", False):
+    out = getattr(args, "json", None)
+    if isinstance(out, str):
+        with open(out, "w") as f:
+            json.dump(report, f, indent=2)
+    if out is True:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         for r in res:
