@@ -164,3 +164,18 @@ def test_json_specs_load(tmp_path):
     path.write_text('{"name": "j", "element": "int4", "block": 16, "scale": "fp32", "scale_rule": {"method": "amax"}}')
     fmt = fp4lab.load_format(path)
     assert fmt.block.shape == [16] and fmt.scale.kind == "fp32"
+
+
+@pytest.mark.parametrize("scale", ["fp32", "bf16", "ue4m3", "ue5m3", "e8m0"])
+def test_amax_overflowing_the_scale_format_saturates(scale):
+    """docs/numerics.md "Scale overflow": an ideal scale amax / target above the scale format's largest finite value
+    (here 3e38 / 0.5 overflows float32) is stored as that largest value; elements then saturate on the grid."""
+    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
+    from fp4lab.formats import ScaleRule, TableGrid
+
+    fmt = QuantFormat(name="test-overflow", element=TableGrid(bits=2, magnitudes=[0.0, 0.5]), block=4, scale=scale,
+                      scale_rule=ScaleRule(method="amax", nan_policy="propagate" if scale != "bf16" else "ignore"))
+    qt = quantize_reference(F32([3e38, 1.0, -1e38, 0.0]), fmt)
+    assert qt.scales.tolist() == [F32(fmt.scale.max)]
+    assert fmt.element.values[qt.codes].tolist() == [0.5, 0.0, -0.5, 0.0]
+    assert np.all(np.isfinite(dequantize_reference(qt)))

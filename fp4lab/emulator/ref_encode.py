@@ -89,10 +89,9 @@ def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str) -> np.ndar
     """
     ideal = np.asarray(ideal, dtype=np.float32)
     nan = np.isnan(ideal)
-    if sfmt.kind == "fp32":
-        return f32_bits(ideal).copy()
-    if sfmt.kind == "bf16":
-        return _encode_bf16(ideal, rounding)
+    if sfmt.kind in ("fp32", "bf16"):  # saturate: +Inf (amax / target overflowed) becomes the largest finite scale
+        ideal = np.where(ideal > np.float32(sfmt.max), np.float32(sfmt.max), ideal)
+        return f32_bits(ideal).copy() if sfmt.kind == "fp32" else _encode_bf16(ideal, rounding)
     if sfmt.kind == "float":
         grid = sfmt.grid
         lv = grid.levels.astype(np.float32)
