@@ -26,7 +26,7 @@ def bf16_bits_rtne(v):
 
 
 @triton.jit
-def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, signs_ptr, rscale, M, K, INNER,
+def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, signs_ptr, rscale, M, K, K2, INNER,
                        BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
                        TWO_D: tl.constexpr, INNER1: tl.constexpr, PACKED: tl.constexpr, WORDS: tl.constexpr,
                        SCALED: tl.constexpr, TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr,
@@ -38,7 +38,8 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
-    ce = pid_k * BK + 2 * tl.arange(0, C2)
+    kw = pid_k * C2 + tl.arange(0, C2)  # pair (word) index: contiguous, so loads/stores coalesce and vectorize
+    ce = 2 * kw
     if INNER1:
         addr_e = rows[:, None] * K + ce[None, :]
         addr_o = addr_e + 1
@@ -49,7 +50,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
     me = rmask & (ce < K)[None, :]
     mo = rmask & (ce + 1 < K)[None, :]
     if PACKED:
-        p = tl.load(codes_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :], mask=me, other=0).to(tl.int32)
+        p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=me, other=0).to(tl.int32)
         code_e = p & 15
         code_o = p >> 4
     else:
@@ -85,7 +86,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
         ve, vo = rht_pairs(ve, vo, signs_ptr, ce, rscale, BM, C2, RHT_N, True)
     if OUT_BF16:
         if WORDS:
-            tl.store(out_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :],
+            tl.store(out_ptr + rows[:, None] * K2 + kw[None, :],
                      bf16_bits_rtne(ve) | (bf16_bits_rtne(vo) << 16), mask=me)
         else:
             tl.store(out_ptr + addr_e, bf16_bits_rtne(ve), mask=me)
@@ -142,7 +143,8 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
         grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
         _dequantize_kernel[grid](
             codes, sc, ts, out.view(torch.int32) if words else out, device_array(ep.values, dev),
-            device_array(sp.svals, dev), signs, float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.inner,
+            device_array(sp.svals, dev), signs, float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.K // 2,
+            mv.inner,
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,
             SCALED=sp.method != 0, TWO_LEVEL=two_level, SKIND=sp.skind, SBIAS=sp.sbias, SNAN=sp.snan,
             GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, **opts)

@@ -13,7 +13,7 @@
 
 Two-level formats: ``C = (acc * ts_a) * ts_b``. ``fast``: both operands dequantized to bf16 by the Triton
 kernel (without the tensor scales; exact for fold-path formats, RTNE-rounded otherwise), one cuBLAS bf16 GEMM
-with fp32 output, then the tensor scales.
+with fp32 output, then ``C * fp32(ts_a * ts_b)`` in place.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         b = dequantize_triton(qb.codes, qb.scale_codes, None, fmt, 1, rotated=True, out_dtype=torch.bfloat16,
                               apply_tensor_scale=False)
         c = _fp32_mm(a, b)
-        return (c * tsa) * tsb if sp.two_level else c
+        return c.mul_(tsa * tsb) if sp.two_level else c
     plan = gemm_plan(fmt)
     if plan == "none":
         raise InputError(f"gemm: exact mode needs bf16-exact element values on a common grid and 1-D blocks of "

@@ -47,6 +47,8 @@ class ElementParams:
     levels: np.ndarray  # float32 signed levels (SR)
     ctab_signed: np.ndarray  # int32 [cpos, cneg] (SR)
     values: np.ndarray  # float32 value of every code (4-over-6 error, dequantize)
+    inv_gaps: np.ndarray  # float32 1 / float32(levels[j+1] - levels[j]) (SR, used when every gap is a power of two)
+    pow2_gaps: bool  # SR: p = (t - lo) * inv_gap equals div_rn(t - lo, hi - lo) exactly
     nan_code: int
     overflow: int  # 0 saturate, 1 nan, 2 inf
     overflow_thr: float
@@ -84,9 +86,14 @@ def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
                     path, sign_or = 0, so
     vals = g.values.astype(F32)
     inf = g.inf_codes or (0, 0)
+    gaps = (lv[1:] - lv[:-1]).astype(F32)
+    mant = gaps.view(np.uint32) & np.uint32(0x7FFFFF)
+    expo = (gaps.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
+    pow2 = bool(np.all(mant == 0) and np.all((expo > 1) & (expo < 253)))
+    inv = (F32(1.0) / gaps).astype(F32) if pow2 else np.ones_like(gaps)
     return ElementParams(
         path=path, thr=np.ascontiguousarray(mthr), ctab=mtab, half=half, sign_or=sign_or,
-        levels=lv, ctab_signed=signed_tab, values=vals,
+        levels=lv, ctab_signed=signed_tab, values=vals, inv_gaps=inv, pow2_gaps=pow2,
         nan_code=nan_element_code(g, fmt.nan_element),
         overflow={"saturate": 0, "nan": 1, "inf": 2}[fmt.overflow],
         overflow_thr=float(g.overflow_threshold), ovf_nan=int(g.nan_code or 0), inf_pos=inf[0], inf_neg=inf[1],
@@ -101,7 +108,7 @@ class ScaleParams:
     exp_mode: int = 0  # 0 floor, 1 ceil, 2 even
     even_add: int = 0
     emax: int = 0
-    skind: int = 0  # 0 pow2, 1 float table, 2 fp32, 3 bf16
+    skind: int = 0  # 0 pow2, 1 float table, 2 fp32, 3 bf16, 4 float by bit arithmetic (snan = mb << 16 | nan+1)
     sround: int = 0  # 0 rtne, 1 ceil, 2 floor
     sbias: int = 0
     snan: int = 0  # pow2 NaN code / float-table NaN code
@@ -170,6 +177,18 @@ def scale_params(fmt: QuantFormat) -> ScaleParams:
             p.stab = lvn[1:].copy()
     if sfmt.kind in ("pow2", "float"):
         p.svals = sfmt.decode(np.arange(1 << sfmt.bits)).astype(F32)
+    if sfmt.kind == "float" and sfmt.subnormals and sfmt.exponent_bits <= 7 and sfmt.exponent_bias <= 127:
+        nan = sfmt.grid.nan_code
+        p.skind = 4
+        p.snan = (sfmt.mantissa_bits << 16) | ((nan if nan is not None else -1) + 1)
+        codes = np.arange(1 << sfmt.bits)
+        arith = ((codes.astype(np.uint32) << np.uint32(23 - sfmt.mantissa_bits)).view(F32)
+                 * F32(2.0 ** (127 - sfmt.exponent_bias))).astype(F32)
+        arith = np.where(codes == (nan if nan is not None else -1), np.nan, arith).astype(F32)
+        finite = np.isfinite(p.svals)
+        if not (np.array_equal(finite, np.isfinite(arith)) and np.array_equal(arith[finite], p.svals[finite])):
+            p.skind = 1
+            p.snan = int(sfmt.grid.nan_code or 0)
     if rule.zero_block != "as_computed":
         p.zero_code = _special_code(sfmt, rule.zero_block)
     p.inf_code = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")

@@ -72,11 +72,12 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 
 
 @triton.jit
-def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
             N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
-            PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr):
+            PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr,
+            POW2_GAPS: tl.constexpr):
     if SR:
-        code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, N_LVL, L_LVL, SZ_POS)
+        code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, igap_ptr, N_LVL, L_LVL, PATH, SIGN_OR, SZ_POS, POW2_GAPS)
     else:
         code = encode_det(t, thr_ptr, ctab_ptr, half, N_THR, L_THR, PATH, SIGN_OR, SZ_POS)
     return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF)
@@ -114,7 +115,7 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDI
 
 @triton.jit
 def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, inv_target,
-               thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+               thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
                stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
                N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
                N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
@@ -123,7 +124,8 @@ def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, in
                EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
                SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
                HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
-               EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr):
+               EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
+               POW2_GAPS: tl.constexpr):
     """(even-half codes, odd-half codes, scale codes, decoded scales) of the blocks for one amax target."""
     sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, N_STAB, L_STAB,
                            N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
@@ -135,10 +137,10 @@ def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, in
     S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
     te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
     to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
-    ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
-    co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
+    ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
+    co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
     return ce, co, sc, S
 
 
@@ -180,11 +182,11 @@ def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
 @triton.jit
 def _quantize_kernel(
     x_ptr, codes_ptr, sc_ptr, s_ptr, amax_ptr, ts_ptr,
-    thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, vals_ptr,
+    thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
     nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
     tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
     ts_den, min_s, max_s, zero_code, inf_code, snan_code,
-    signs_ptr, rscale, M, K, INNER, seed,
+    signs_ptr, rscale, M, K, K2, INNER, seed,
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     IN_KIND: tl.constexpr, INNER1: tl.constexpr, WORDS: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
     N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
@@ -195,6 +197,7 @@ def _quantize_kernel(
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
+    POW2_GAPS: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
@@ -203,7 +206,8 @@ def _quantize_kernel(
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
-    ce = pid_k * BK + 2 * tl.arange(0, C2)
+    kw = pid_k * C2 + tl.arange(0, C2)  # pair (word) index: contiguous, so loads/stores coalesce and vectorize
+    ce = 2 * kw
     if INNER1:
         addr_e = rows[:, None] * K + ce[None, :]
         addr_o = addr_e + 1
@@ -214,7 +218,7 @@ def _quantize_kernel(
     me = rmask & (ce < K)[None, :]
     mo = rmask & (ce + 1 < K)[None, :]
     if WORDS:
-        w = tl.load(x_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :], mask=me, other=0)
+        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=me, other=0)
         xe = f32_of(w << 16)
         xo = f32_of(w & -65536)
     else:
@@ -228,10 +232,10 @@ def _quantize_kernel(
         re = addr_e
         ro = addr_o
     if METHOD == 0:
-        code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
-        code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS)
+        code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
+        code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
     else:
         ts = 1.0
         g = 1.0
@@ -250,32 +254,36 @@ def _quantize_kernel(
         ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
         reb = _blocks(re, BM, C2, TR, TH, TWO_D)
         rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
-        amax = tl.maximum(_bmax(tl.where(is_finite(eb), tl.abs(eb), 0.0), TWO_D),
-                          _bmax(tl.where(is_finite(ob), tl.abs(ob), 0.0), TWO_D))
-        has_inf = (_bmax(tl.where(tl.abs(eb) == float("inf"), 1, 0), TWO_D)
-                   + _bmax(tl.where(tl.abs(ob) == float("inf"), 1, 0), TWO_D)) > 0
+        # |x| bit patterns order like the values (finite < Inf < NaN): one integer max for the finite amax and
+        # one for the specials, the even and odd halves merged elementwise first
+        ae = bits_of(eb) & 0x7FFFFFFF
+        ao = bits_of(ob) & 0x7FFFFFFF
+        amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), TWO_D))
         if NAN_PROP:
-            has_nan = (_bmax(tl.where(eb != eb, 1, 0), TWO_D) + _bmax(tl.where(ob != ob, 1, 0), TWO_D)) > 0
+            top = _bmax(tl.maximum(ae, ao), TWO_D)
+            has_nan = top > 0x7F800000
+            has_inf = top == 0x7F800000
         else:
             has_nan = amax != amax
+            has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), TWO_D) > 0
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
         best_e, best_o, best_sc, best_S = _candidate(
             eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr),
-            thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+            thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
             stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
             N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH, SIGN_OR, OVF, SR, METHOD,
             EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
-            SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
+            SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS)
         if N_TG > 1:
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
             for ti in tl.static_range(1, N_TG):
                 c_e, c_o, sc, S = _candidate(
                     eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti),
-                    tl.load(itg_ptr + ti), thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, nan_code, ovf_thr,
+                    tl.load(itg_ptr + ti), thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr,
                     ovf_nan, inf_pos, inf_neg, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code,
                     inf_code, snan_code, N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH,
                     SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
-                    TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS)
+                    TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
                 take = err < best_err
                 best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
@@ -302,7 +310,7 @@ def _quantize_kernel(
         if STORE_S:
             tl.store(s_ptr + saddr, best_S, mask=smask)
     if PACK:
-        tl.store(codes_ptr + rows[:, None] * (K // 2) + (ce // 2)[None, :], code_e | (code_o << 4), mask=me)
+        tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], code_e | (code_o << 4), mask=me)
     else:
         tl.store(codes_ptr + addr_e, code_e, mask=me)
         tl.store(codes_ptr + addr_o, code_o, mask=mo)
@@ -376,7 +384,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             _amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk, IN_KIND=in_kind,
                                INNER1=inner1, RHT_N=rht_n, **opts)
             amax_buf = part.max().reshape(1)
-    sdtype = {0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16}[sp.skind] if sp.method else torch.uint8
+    sdtype = {0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16, 4: torch.uint8}[sp.skind] if sp.method else torch.uint8
     sshape = view.scale_shape if sp.method else (0,)
     codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
     scodes = torch.empty(sshape, dtype=sdtype, device=dev)
@@ -398,12 +406,12 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
         _quantize_kernel[grid](
             xk, codes, scodes, scales, amax_buf, ts_out,
             device_array(ep.thr, dev), device_array(ep.ctab, dev), ep.half, device_array(ep.levels, dev),
-            device_array(ep.ctab_signed, dev), device_array(ep.values, dev),
+            device_array(ep.ctab_signed, dev), device_array(ep.inv_gaps, dev), device_array(ep.values, dev),
             ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
             device_array(sp.targets, dev), device_array(sp.inv_targets, dev), device_array(sp.stab, dev),
             device_array(sp.scpos, dev), device_array(sp.svals, dev),
             sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
-            signs, rscale, mv.M, mv.K, mv.inner, int(seed),
+            signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, WORDS=words, PACK=packed,
             STORE_S=bool(sp.method and store_scales), N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl,
             N_TG=int(sp.targets.size), N_STAB=n_stab, L_STAB=l_stab, N_SCPOS=int(sp.scpos.size),
@@ -412,7 +420,8 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv,
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
-            DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive", **opts)
+            DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None

@@ -100,19 +100,48 @@ def encode_det(t, thr_ptr, ctab_ptr, half, N_THR: tl.constexpr, L_THR: tl.conste
 
 
 @triton.jit
-def encode_sr(t, rand24, lvl_ptr, ctab_ptr, n_lvl: tl.constexpr, L_LVL: tl.constexpr, SZ_POS: tl.constexpr):
-    """Stochastic rounding: neighbours lo <= t < hi, p = div_rn(t - lo, hi - lo); up iff floor(p * 2^24) > rand24."""
+def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
+              PATH: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr):
+    """Stochastic rounding: neighbours lo <= t < hi, p = div_rn(t - lo, hi - lo); up iff floor(p * 2^24) > rand24.
+    Level index k and the neighbours by unrolled compare/select over the levels (up to 32), else by gathers.
+    PATH 0 grids give the code as |idx - z| | sign * SIGN_OR (z = index of level 0), others by table.
+    POW2_GAPS: every hi - lo is a power of two, so the quotient is the exact product with its reciprocal."""
     neg = negative(t, SZ_POS)
-    k = count_tab(t, lvl_ptr, n_lvl, False, L_LVL) - 1
-    k = tl.minimum(tl.maximum(k, 0), n_lvl - 2)
-    lo = tl.load(lvl_ptr + k)
-    hi = tl.load(lvl_ptr + k + 1)
-    p = tl.div_rn(t - lo, hi - lo)
+    if N_LVL <= 32:
+        cnt = tl.full(t.shape, 0, tl.int32)
+        lo = tl.full(t.shape, 0.0, tl.float32) + tl.load(lvl_ptr)
+        hi = tl.full(t.shape, 0.0, tl.float32) + tl.load(lvl_ptr + 1)
+        ig = tl.full(t.shape, 0.0, tl.float32) + tl.load(igap_ptr)
+        for j in tl.static_range(N_LVL):
+            lv = tl.load(lvl_ptr + j)
+            ge = t >= lv
+            cnt += ge.to(tl.int32)
+            if j <= N_LVL - 2:
+                lo = tl.where(ge, lv, lo)
+                if POW2_GAPS:
+                    ig = tl.where(ge, tl.load(igap_ptr + j), ig)
+            if j >= 2:
+                hi = tl.where(t >= tl.load(lvl_ptr + j - 1), lv, hi)
+        k = tl.minimum(tl.maximum(cnt - 1, 0), N_LVL - 2)
+    else:
+        k = count_tab(t, lvl_ptr, N_LVL, False, L_LVL) - 1
+        k = tl.minimum(tl.maximum(k, 0), N_LVL - 2)
+        lo = tl.load(lvl_ptr + k)
+        hi = tl.load(lvl_ptr + k + 1)
+        ig = tl.load(igap_ptr + k)
+    if POW2_GAPS:
+        p = (t - lo) * ig
+    else:
+        p = tl.div_rn(t - lo, hi - lo)
     p = tl.where(p > 1.0, 1.0, tl.where(p > 0.0, p, 0.0))
     f24 = (p * 16777216.0).to(tl.int32)
     idx = k + (f24 > rand24).to(tl.int32)
-    idx = tl.where(t >= tl.load(lvl_ptr + n_lvl - 1), n_lvl - 1, tl.where(t <= tl.load(lvl_ptr), 0, idx))
-    return tl.load(ctab_ptr + idx + neg * n_lvl)
+    idx = tl.where(t >= tl.load(lvl_ptr + N_LVL - 1), N_LVL - 1, tl.where(t <= tl.load(lvl_ptr), 0, idx))
+    if PATH == 0:
+        z = (N_LVL - 1) // 2
+        return tl.abs(idx - z) | (neg * SIGN_OR)
+    else:
+        return tl.load(ctab_ptr + idx + neg * N_LVL)
 
 
 @triton.jit
@@ -162,9 +191,33 @@ def pow2_exponent(v, SROUND: tl.constexpr):
 
 
 @triton.jit
+def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.constexpr):
+    """Code of finite 0 <= c <= max of an unsigned ExMy scale format with subnormals, rounded 0 rtne (ties to the
+    even code) / 1 ceil / 2 floor, by integer arithmetic on c's bits: target biased exponent em = e + bias, the
+    24-bit significand shifted right by 23 - MB (+ 1 - em below the normal range), remainder decides."""
+    b = bits_of(c)
+    ef = (b >> 23) & 0xFF
+    m24 = (b & 0x7FFFFF) | tl.where(ef != 0, 1 << 23, 0)
+    em = tl.maximum(ef, 1) - 127 + SBIAS
+    sh = tl.minimum((23 - MB) + tl.maximum(1 - em, 0), 26)
+    q = m24 >> sh
+    r = m24 & ((1 << sh) - 1)
+    half = 1 << (sh - 1)
+    down = (tl.maximum(em - 1, 0) << MB) + q
+    if SROUND == 0:
+        up = (r > half) | ((r == half) & ((down & 1) != 0))
+    elif SROUND == 1:
+        up = r != 0
+    else:
+        up = r < 0
+    return down + up.to(tl.int32)
+
+
+@triton.jit
 def decode_scale(code, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr):
     """fp32 value of scale codes: pow2 2^(code - bias) built from bits (NaN code / exponent > 127 -> NaN),
-    float-table lookup, fp32 bits, bf16 bits."""
+    float-table lookup (1) or ExMy fields placed in fp32 bits times 2^(127 - bias) (4; SNAN = MB << 16 | nan code
+    + 1, nan code -1 for none), fp32 bits, bf16 bits."""
     if SKIND == 0:
         e = code - SBIAS
         sh = tl.minimum(tl.maximum(e + 149, 0), 30)
@@ -173,6 +226,9 @@ def decode_scale(code, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN
         return f32_of(b)
     elif SKIND == 1:
         return tl.load(svals_ptr + code)
+    elif SKIND == 4:
+        v = f32_of(code << (23 - (SNAN >> 16))) * (2.0 ** (127 - SBIAS))
+        return tl.where(code == (SNAN & 0xFFFF) - 1, float("nan"), v)
     elif SKIND == 2:
         return f32_of(code)
     else:
@@ -213,6 +269,10 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
             k = pow2_exponent(ideal, SROUND)
             code = tl.minimum(tl.maximum(k + SBIAS, 0), SNAN - 1)
             code = tl.where(ideal != ideal, SNAN, code)
+        elif SKIND == 4:
+            c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
+            code = encode_float_scale(c, SNAN >> 16, SBIAS, SROUND)
+            code = tl.where(ideal != ideal, (SNAN & 0xFFFF) - 1, code)
         elif SKIND == 1:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
             idx = count_tab(c, stab_ptr, N_STAB, STRICT, L_STAB)
