@@ -5,7 +5,7 @@ Public API (see DESIGN.md): formats (``list_formats``, ``get_format``, ``load_fo
 emulation (``list_hw``, ``get_hw``, ``emulate_mma``, ``emulate_gemm``).
 """
 
-from fp4lab.api import dequantize, quantize, rht
+from fp4lab.api import dequantize, gemm, quantize, rht
 from fp4lab.errors import Fp4labError, InputError, SpecError, UnknownFormatError
 from fp4lab.formats import QuantFormat, get_format, list_formats, load_format, register
 from fp4lab.hwspec import emulate_gemm, emulate_mma, get_hw, list_hw
@@ -16,5 +16,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Fp4labError", "InputError", "QuantFormat", "QuantizedTensor", "SpecError", "UnknownFormatError",
     "dequantize", "get_format", "list_formats", "load_format", "quantize", "register", "rht",
-    "emulate_gemm", "emulate_mma", "get_hw", "list_hw",
+    "emulate_gemm", "emulate_mma", "gemm", "get_hw", "list_hw",
 ]

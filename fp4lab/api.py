@@ -116,3 +116,14 @@ def rht(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = F
 
         return torch.from_numpy(out)
     return out
+
+
+def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
+    """fp32 ``A @ B.T`` of quantized CUDA tensors qa [M, K] and qb [N, K] (same format, blocked along K).
+
+    ``exact``: one Triton kernel decoding tiles in registers, fp32 accumulation in ascending K (see
+    ``fp4lab.kernels.gemm``); ``fast``: Triton dequantize to bf16, then cuBLAS.
+    """
+    from fp4lab.kernels.api import gemm as gemm_triton
+
+    return gemm_triton(qa, qb, mode=mode)

@@ -164,6 +164,7 @@ def test_gemm_exact_matches_reference(name):
     ra, rb = quantize_reference(a, fmt), quantize_reference(b, fmt)
     c = gemm(qa, qb, "exact").numpy()
     assert np.array_equal(_bits(c), _bits(gemm_reference(ra, rb)))
+    assert np.array_equal(_bits(fp4lab.gemm(qa, qb).numpy()), _bits(c))
     f64 = dequantize_reference(ra).astype(np.float64) @ dequantize_reference(rb).astype(np.float64).T
     fast = gemm(qa, qb, "fast").numpy()
     assert np.max(np.abs(fast - f64)) <= 1e-2 * np.max(np.abs(f64))

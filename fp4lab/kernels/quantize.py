@@ -90,9 +90,9 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDI
     one = tl.full(S.shape, 1.0, tl.float32)
     if ENCODE:
         if TWO_LEVEL:
-            r = tl.minimum(tl.div_rn(one, S * ts), FLT_MAX)
+            r = tl.minimum(tl.div_rn(one, S * ts), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
-            r = tl.minimum(tl.div_rn(one, S), FLT_MAX)
+            r = tl.minimum(tl.div_rn(one, S), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         t = xb * _expand(r, TWO_D)
     elif DIV_POW2:
         t = xb * _expand(tl.div_rn(one, S), TWO_D)
@@ -242,7 +242,8 @@ def _quantize_kernel(
         if TWO_LEVEL:
             amax_t = tl.load(amax_ptr)
             if ENCODE:
-                g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX), 1.0)
+                g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX, propagate_nan=tl.PropagateNan.ALL),
+                             1.0)
                 g = tl.where(g > 0.0, g, 1.0)
                 ts = tl.div_rn(1.0, g)
             else:

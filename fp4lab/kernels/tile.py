@@ -3,7 +3,8 @@
 Everything here is bit-exact between the GPU and ``TRITON_INTERPRET=1``: integer/bit operations, IEEE fp32
 add/mul/compare, ``tl.div_rn`` (never ``/``), table lookups with ``tl.load``; no ``.to(bf16/fp8)``, no libdevice,
 no ``tl.sum``/``tl.dot`` on inexact data. Kernels are launched with ``enable_fp_fusion=False`` so no ``a*b+c`` is
-contracted to an FMA.
+contracted to an FMA. Float ``tl.minimum``/``tl.maximum`` take ``propagate_nan=ALL``: the GPU's default
+``min.f32`` returns the non-NaN operand, numpy (the reference and the interpreter) returns NaN.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
         code = tl.minimum(tl.maximum(e - EMAX + SBIAS, 0), SNAN - 1)
     else:
         if ENCODE:
-            ideal = tl.minimum(amax * (g * inv_target), FLT_MAX)
+            ideal = tl.minimum(amax * (g * inv_target), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
             if SDIV:
                 ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
