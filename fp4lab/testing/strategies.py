@@ -27,13 +27,14 @@ Strategies (every generated grid value, scale and target is exactly representabl
     targets), ``rceil``, and the MX exponent rules ``floor`` / ``ceil`` / ``even``; all-zero / NaN / Inf block
     policies; two-level (tensor scale) formats; every rounding mode, NaN-element and overflow policy the grid
     allows. ``element`` fixes the grid (a grid or a strategy of grids).
-``block_inputs(fmt, max_blocks=4, allow_nan=True, allow_inf=True)``
+``block_inputs(fmt, max_blocks=4, allow_nan=True, allow_inf=True, allow_huge=True, exp_range=(-40, 40))``
     float32 arrays shaped for ``fmt`` (last axis, or the last two axes for 2-D tiles), built block by block
     around a power-of-two block scale ``P``: the block amax ``grid_max * P`` (so that FP32, MX and RCEIL rules
     all choose ``S = P`` and every element below lands exactly where intended), grid levels and midpoints
     between levels times ``P`` (rounding ties), both of them +-1 ulp, +-1 ulp around powers of two, uniform
     values, +0 and -0, float32 subnormals, huge values (up to float32 max), NaN and +-Inf (optional), and whole
-    all-zero blocks.
+    all-zero blocks. ``P = 2^k`` with k drawn from ``exp_range``; without ``allow_inf``, values that overflow
+    float32 are replaced by +-float32 max.
 ``float32_arrays(shape=None, allow_nan=True, allow_inf=True)``
     float32 arrays of any values with the same adversarial mix, not tied to a format.
 ``rounding_modes(deterministic_only=False)``
