@@ -13,14 +13,16 @@ import numpy as np
 
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_tables import (
-    ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_TARGETS, OV_NAN,
-    OV_SATURATE, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_EMAX_ELEM, P_ENC, P_EVEN_ADD, P_HAS_MAX, P_HAS_MIN, P_M1,
-    P_NAN_CODE, P_NAN_PROP, P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SDIV, P_SKIND, P_SMAXCODE,
-    P_SNAN, P_SOFF, P_SROUND, P_ZERO_POLICY, P_KEEP_SIGN, P_ENCODE_ARITH, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_POW2, SK_TABLE,
-    SR_CEIL, SR_RTNE,
+    ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SMAX, F_TARGETS, OV_NAN,
+    OV_SATURATE, P_BS, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD,
+    P_FABS_MASK, P_FCODE_NEG, P_FCODE_POS, P_FUSED, P_HAS_MAX, P_HAS_MIN, P_KEEP_SIGN, P_M1, P_NAN_CODE, P_NAN_PROP,
+    P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN, P_SOFF, P_SROUND,
+    P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
 )
 
 NJ = dict(cache=True, error_model="numpy")
+# Per-block scalar helpers are inlined at the numba IR level: a real call would incref/decref every array
+# argument (atomic operations), which costs more than the helper itself.
 TWO24 = np.float32(16777216.0)
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 ABS_MASK = np.uint32(0x7FFFFFFF)
@@ -28,17 +30,17 @@ SIGN_MASK = np.uint32(0x80000000)
 U31 = np.uint32(31)
 
 
-@numba.njit(**NJ)
+@numba.njit(inline="always", **NJ)
 def count_le(tab, v):
-    """Number of entries of the ascending float32 ``tab`` that are <= v (binary search; 0 for NaN)."""
+    """Number of entries of the ascending float32 ``tab`` that are <= v (0 for NaN). Binary search written
+    without data-dependent branches (random block amaxes would mispredict every step)."""
     lo = 0
-    hi = tab.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if tab[mid] <= v:
-            lo = mid + 1
-        else:
-            hi = mid
+    n = tab.shape[0]
+    while n > 0:
+        half = n >> 1
+        c = np.int64(tab[lo + half] <= v)
+        lo += c * (half + 1)
+        n = half + c * ((n & 1) - 1)
     return lo
 
 
@@ -113,7 +115,7 @@ def encode_run(t, out, rnd, n, ip, fp, ethr, ecodes, cnt):
             out[j] = nan_code
 
 
-@numba.njit(**NJ)
+@numba.njit(inline="always", **NJ)
 def _pow2_code(v, rounding, bias, maxcode, nancode):
     """``ref_encode.pow2_exponent`` + bias, clipped to [0, maxcode]; NaN gives ``nancode``."""
     if v != v:
@@ -138,77 +140,241 @@ def _pow2_code(v, rounding, bias, maxcode, nancode):
 
 
 @numba.njit(**NJ)
-def _encode_ideal(ideal, ip, fp, sthr, scodes):
-    """Scale code of a non-negative float32 ideal scale (``ref_encode.encode_scale``)."""
+def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
+    """float32 ideal scales of the amax rule (``ref_quantize.block_scale_codes`` before the cast)."""
+    if ip[P_ENCODE_ARITH]:  # min(amax * float32(g * float32(1/target)), FLT_MAX)
+        g = gmul[ti]
+        for bi in range(nb):
+            v = amax[bi] * g
+            ideal[bi] = FLT_MAX if v > FLT_MAX else v
+    elif ip[P_SDIV]:
+        r = fp[F_TARGETS + 2 * ti + 1]
+        for bi in range(nb):
+            ideal[bi] = amax[bi] * r
+    else:
+        tgt = fp[F_TARGETS + 2 * ti]
+        for bi in range(nb):
+            ideal[bi] = amax[bi] / tgt
+    if two_level and not ip[P_ENCODE_ARITH]:
+        for bi in range(nb):
+            ideal[bi] = ideal[bi] / ts
+    if ip[P_HAS_MIN]:  # np.maximum: NaN stays NaN
+        lo = fp[F_MIN]
+        for bi in range(nb):
+            ideal[bi] = lo if ideal[bi] < lo else ideal[bi]
+    if ip[P_HAS_MAX]:
+        hi = fp[F_MAX]
+        for bi in range(nb):
+            ideal[bi] = hi if ideal[bi] > hi else ideal[bi]
+
+
+@numba.njit(**NJ)
+def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, code):
+    """Scale codes of non-negative float32 ideal scales (``ref_encode.encode_scale``), one straight loop per
+    scale kind so that it vectorizes across blocks."""
     kind = ip[P_SKIND]
     rounding = ip[P_SROUND]
-    if kind == SK_FP32:
-        return np.int64(f32_to_u32(ideal))
-    if kind == SK_BF16:
-        if ideal != ideal:
-            return np.int64(0x7FC0)
-        b = np.int64(f32_to_u32(ideal))
-        if rounding == SR_RTNE:
-            b = b + 0x7FFF + ((b >> 16) & 1)
-        elif rounding == SR_CEIL:
-            if b & 0xFFFF:
-                b = b + 0x10000
-        return (b >> 16) & 0xFFFF
-    if kind == SK_TABLE:
-        if ideal != ideal:
-            return ip[P_SNAN]
-        v = min(max(ideal, np.float32(0.0)), fp[F_SCLIP])
-        idx = min(max(count_le(sthr, v) + ip[P_SOFF], 0), ip[P_SMAXCODE])
-        return np.int64(scodes[idx])
-    return _pow2_code(ideal, rounding, ip[P_SBIAS], ip[P_SMAXCODE], ip[P_SNAN])
+    smax = fp[F_SMAX]
+    if kind == SK_FP32:  # saturating at the largest finite value (NaN stays NaN)
+        for bi in range(nb):
+            code[bi] = f32_to_u32(smax if ideal[bi] > smax else ideal[bi])
+    elif kind == SK_BF16:
+        for bi in range(nb):
+            b = np.int64(f32_to_u32(smax if ideal[bi] > smax else ideal[bi]))
+            if rounding == SR_RTNE:
+                b = b + 0x7FFF + ((b >> 16) & 1)
+            elif rounding == SR_CEIL:
+                b = b + 0x10000 * np.int64((b & 0xFFFF) != 0)
+            code[bi] = (b >> 16) & 0xFFFF
+        for bi in range(nb):
+            if ideal[bi] != ideal[bi]:
+                code[bi] = 0x7FC0
+    elif kind == SK_TABLE:
+        clip_hi = fp[F_SCLIP]
+        off = ip[P_SOFF]
+        top = ip[P_SMAXCODE]
+        for bi in range(nb):
+            v = min(max(ideal[bi], np.float32(0.0)), clip_hi)
+            code[bi] = scodes[min(max(count_le(sthr, v) + off, 0), top)]
+        for bi in range(nb):
+            if ideal[bi] != ideal[bi]:
+                code[bi] = ip[P_SNAN]
+    else:
+        for bi in range(nb):
+            code[bi] = _pow2_code(ideal[bi], rounding, ip[P_SBIAS], ip[P_SMAXCODE], ip[P_SNAN])
 
 
 @numba.njit(**NJ)
-def decode_scale(code, ip, sdec):
-    """float32 value of a scale code (bit casts for fp32/bf16, the decode table otherwise)."""
-    kind = ip[P_SKIND]
-    if kind == SK_FP32:
-        return u32_to_f32(np.uint32(code))
-    if kind == SK_BF16:
-        return u32_to_f32(np.uint32(code << 16))
-    return sdec[code]
-
-
-@numba.njit(**NJ)
-def block_scale(amax, has_nan, has_inf, target_index, ts, two_level, gmul, ip, fp, sthr, scodes):
-    """Scale code of one block with finite float32 ``amax`` under the scale rule, policies applied
-    (``ref_quantize.block_scale_codes`` then the zero / Inf / NaN overrides). "encode" arithmetic:
-    ``ideal = min(amax * gmul[target_index], FLT_MAX)`` with ``gmul = float32(g * float32(1/target))``."""
+def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, code, S):
+    """Scale codes and decoded float32 scales of nb blocks with finite float32 ``amax`` for target ``ti``:
+    the scale rule (``ref_quantize.block_scale_codes``), then the zero / Inf / NaN block overrides, then
+    ``ScaleFormat.decode``. "encode" arithmetic: ``gmul[ti] = float32(g * float32(1/target))``."""
     rule = ip[P_RULE]
     if rule == RULE_AMAX:
-        if ip[P_ENCODE_ARITH]:
-            ideal = amax * gmul[target_index]
-            if ideal > FLT_MAX:
-                ideal = FLT_MAX
-        elif ip[P_SDIV]:
-            ideal = amax * fp[F_TARGETS + 2 * target_index + 1]
-        else:
-            ideal = amax / fp[F_TARGETS + 2 * target_index]
-        if two_level and not ip[P_ENCODE_ARITH]:
-            ideal = ideal / ts
-        if ip[P_HAS_MIN] and ideal < fp[F_MIN]:
-            ideal = fp[F_MIN]
-        if ip[P_HAS_MAX] and ideal > fp[F_MAX]:
-            ideal = fp[F_MAX]
-        code = _encode_ideal(ideal, ip, fp, sthr, scodes)
+        ideal = np.empty(nb, np.float32)
+        _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal)
+        _encode_ideals(ideal, nb, ip, fp, sthr, scodes, code)
     else:  # OCP MX exponent rules on the float32 bits of amax
-        bits = np.int64(f32_to_u32(amax))
-        if rule == RULE_EVEN:
-            bits = (bits + ip[P_EVEN_ADD]) & 0x7F800000
-        e_amax = ((bits >> 23) & 0xFF) - 127
-        if rule == RULE_CEIL and (bits & 0x7FFFFF) != 0:
-            e_amax += 1
-        code = min(max(e_amax - ip[P_EMAX_ELEM] + ip[P_SBIAS], np.int64(0)), ip[P_SMAXCODE])
-    nan = has_nan and ip[P_NAN_PROP] != 0
-    if ip[P_ZERO_POLICY] and amax == 0 and not nan and not has_inf:
-        code = ip[P_CODE_ZERO]
-    if has_inf:
-        code = ip[P_CODE_INF]
-    if nan:
-        code = ip[P_CODE_NAN]
-    return code
+        even_add = ip[P_EVEN_ADD]
+        shift = ip[P_SBIAS] - ip[P_EMAX_ELEM] - 127
+        top = ip[P_SMAXCODE]
+        for bi in range(nb):
+            bits = np.int64(f32_to_u32(amax[bi]))
+            if rule == RULE_EVEN:
+                bits = (bits + even_add) & 0x7F800000
+            e = (bits >> 23) & 0xFF
+            if rule == RULE_CEIL:
+                e += np.int64((bits & 0x7FFFFF) != 0)
+            code[bi] = min(max(e + shift, np.int64(0)), top)
+    zero_policy = ip[P_ZERO_POLICY] != 0
+    nan_prop = ip[P_NAN_PROP] != 0
+    for bi in range(nb):
+        nan = hnan[bi] and nan_prop
+        if zero_policy and amax[bi] == 0 and not nan and not hinf[bi]:
+            code[bi] = ip[P_CODE_ZERO]
+        if hinf[bi]:
+            code[bi] = ip[P_CODE_INF]
+        if nan:
+            code[bi] = ip[P_CODE_NAN]
+    kind = ip[P_SKIND]
+    if kind == SK_FP32:
+        for bi in range(nb):
+            S[bi] = u32_to_f32(np.uint32(code[bi]))
+    elif kind == SK_BF16:
+        for bi in range(nb):
+            S[bi] = u32_to_f32(np.uint32(code[bi] << 16))
+    else:
+        for bi in range(nb):
+            S[bi] = sdec[code[bi]]
+
+
+EXP_MASK = np.uint32(0x7F800000)
+
+
+@numba.njit(**NJ)
+def block_stats(xv, nb, bs, amax, hnan, hinf):
+    """Per block of ``xv`` (nb blocks of bs, contiguous): float32 max of the finite |x| (from the bits), and
+    whether the block holds a NaN / an Inf."""
+    step = 16 if bs % 16 == 0 else 1
+    for bi in range(nb):
+        mx = np.uint32(0)
+        top = np.uint32(0)
+        for s in range(bi * bs, bi * bs + bs, step):
+            if step == 16:
+                for j in range(s, s + 16):  # constant trip count: one vector
+                    u = f32_to_u32(xv[j]) & ABS_MASK
+                    mx = max(mx, u if u < EXP_MASK else np.uint32(0))
+                    top = max(top, u)
+            else:
+                u = f32_to_u32(xv[s]) & ABS_MASK
+                mx = max(mx, u if u < EXP_MASK else np.uint32(0))
+                top = max(top, u)
+        amax[bi] = u32_to_f32(mx)
+        hnan[bi] = top > EXP_MASK
+        hinf[bi] = False
+        if top >= EXP_MASK:  # rare: look for an Inf explicitly
+            for j in range(bi * bs, bi * bs + bs):
+                if (f32_to_u32(xv[j]) & ABS_MASK) == EXP_MASK:
+                    hinf[bi] = True
+
+
+@numba.njit(**NJ)
+def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip):
+    """Scaled elements ``t`` of nb blocks (``ref_quantize.scale_elements``): ``x / S`` or ``x / float32(S*ts)``,
+    ``x * float32(1/S)`` or ``x * float32(float32(1/ts)/S)``; a zero scale gives a signed zero (NaN stays);
+    reciprocal: a zero x stays x where the reciprocal overflowed to Inf; "encode" arithmetic:
+    ``x * min(float32(1/float32(S*ts)), FLT_MAX)``, no zero-scale case."""
+    bs = ip[P_BS]
+    if ip[P_ENCODE_ARITH]:
+        for bi in range(nb):
+            R = np.float32(1.0) / ((S[bi] * ts) if two_level else S[bi])
+            if R > FLT_MAX:
+                R = FLT_MAX
+            for j in range(bi * bs, bi * bs + bs):
+                t[j] = xv[j] * R
+        return
+    if ip[P_ESCALE]:
+        for bi in range(nb):
+            R = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
+            for j in range(bi * bs, bi * bs + bs):
+                t[j] = xv[j] * R
+            if math.isinf(R):  # 0 * inf (1/S overflowed) stays 0, with its sign
+                for j in range(bi * bs, bi * bs + bs):
+                    if xv[j] == 0:
+                        t[j] = xv[j]
+    else:
+        for bi in range(nb):
+            D = (S[bi] * ts) if two_level else S[bi]
+            for j in range(bi * bs, bi * bs + bs):
+                t[j] = xv[j] / D
+    for bi in range(nb):
+        if S[bi] == 0:
+            for j in range(bi * bs, bi * bs + bs):
+                v = xv[j]
+                if v == v:
+                    t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
+
+
+@numba.njit(**NJ)
+def block_errors(xv, cand, S, nb, bs, ts, two_level, evals, err):
+    """float32 sum over each block, in element order, of ``(float32(evals[code] * S [* ts]) - x)^2``."""
+    for bi in range(nb):
+        e = np.float32(0.0)
+        for j in range(bi * bs, bi * bs + bs):
+            d = evals[cand[j]] * S[bi]
+            if two_level:
+                d = d * ts
+            d = d - xv[j]
+            e = e + d * d
+        err[bi] = e
+
+
+def _make_fused(width: int):
+    @numba.njit(**NJ)
+    def fused(xv, out, mult, S, nb, bs, use_div, zero_fix, amask, thr, delta, keep, nan_code, code_pos, code_neg):
+        for bi in range(nb):
+            m = mult[bi]
+            zero = zero_fix and S[bi] == 0
+            keep_zero = zero_fix and not use_div and math.isinf(m)  # reciprocal: 0 * inf stays 0
+            for s in range(bi * bs, bi * bs + bs, 16):
+                for j in range(16):  # constant trip counts: unrolled and vectorized by LLVM
+                    v = xv[s + j]
+                    t = v / m if use_div else v * m
+                    t = v if (keep_zero and v == 0) else t
+                    t = u32_to_f32(f32_to_u32(v) & SIGN_MASK) if (zero and v == v) else t
+                    a = u32_to_f32(f32_to_u32(t) & amask)
+                    neg = np.int32(f32_to_u32(t) >> U31) & (np.int32(t != 0) | keep)
+                    code = code_pos + neg * (code_neg - code_pos)
+                    for k in range(width):
+                        code += np.int32(a >= thr[k]) * (delta[0, k] + neg * (delta[1, k] - delta[0, k]))
+                    out[s + j] = nan_code if t != t else code
+
+    return fused
+
+
+_fused8 = _make_fused(8)
+_fused16 = _make_fused(16)
+
+
+@numba.njit(**NJ)
+def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fthr, fdelta):
+    """``scale_elements`` then ``encode_run`` in one pass without storing ``t`` (same float32 operations), for
+    deterministic rounding, saturating overflow, blocks of a multiple of 16 and at most 16 thresholds
+    (``nb_tables._fused_tables``)."""
+    mult = np.empty(nb, np.float32)
+    encode_arith = ip[P_ENCODE_ARITH] != 0
+    use_div = not encode_arith and ip[P_ESCALE] == 0
+    for bi in range(nb):
+        if encode_arith:
+            r = np.float32(1.0) / ((S[bi] * ts) if two_level else S[bi])
+            mult[bi] = FLT_MAX if r > FLT_MAX else r
+        elif use_div:
+            mult[bi] = (S[bi] * ts) if two_level else S[bi]
+        else:
+            mult[bi] = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
+    args = (xv, out, mult, S, nb, ip[P_BS], use_div, not encode_arith, np.uint32(ip[P_FABS_MASK]), fthr, fdelta,
+            np.int32(ip[P_KEEP_SIGN]), ip[P_NAN_CODE], np.int32(ip[P_FCODE_POS]), np.int32(ip[P_FCODE_NEG]))
+    if ip[P_FUSED] == 8:
+        _fused8(*args)
+    else:
+        _fused16(*args)

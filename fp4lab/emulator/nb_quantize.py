@@ -25,8 +25,10 @@ import numpy as np
 from numba import prange
 
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
-from fp4lab.emulator.nb_encode import ABS_MASK, FLT_MAX, SIGN_MASK, block_scale, decode_scale, encode_run
-from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_NTARGETS
+from fp4lab.emulator.nb_encode import (
+    ABS_MASK, block_errors, block_stats, chunk_scales, encode_run, scale_elements, scale_encode_fused,
+)
+from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_FUSED, P_NTARGETS
 from fp4lab.emulator.philox import philox4x32_10
 
 CHUNK = 4096  # elements per work item (blocks are never split)
@@ -137,112 +139,81 @@ def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi):
                 k += 1
 
 
-@numba.njit(**NJP)
-def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
-                    ip, fp, ethr, ecodes, evals, sthr, scodes, sdec):
-    """Quantize flat float32 ``x`` block by block: element codes into ``codes`` (flat, x's layout), scale codes
-    (uint32) and decoded scales into ``scode_out`` / ``s_out`` (flat scale layout). ``ts``: decode tensor
-    scale (used if ``two_level``), ``inv_ts = float32(1/ts)``, ``gmul``: per-target "encode" multipliers."""
+@numba.njit(cache=True, error_model="numpy")
+def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+                   ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta):
+    """One work item of ``quantize_blocks`` (a separate function: loops inside a prange body do not vectorize)."""
     bs = ip[P_BS]
     ntg = ip[P_NTARGETS]
-    recip = ip[P_ESCALE] != 0
-    encode_arith = ip[P_ENCODE_ARITH] != 0
     sr = ip[P_ENC] == ENC_SR
     contiguous = geo[10] != 0
     cpb = max(1, CHUNK // bs)
     nch = (geo[2] + cpb - 1) // cpb
-    n_items = geo[0] * geo[1] * nch
-    for w in prange(n_items):
-        c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
-        nel = nb * bs
-        if contiguous:
-            xv = x[base0:base0 + nel]
+    c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
+    nel = nb * bs
+    if contiguous:
+        xv = x[base0:base0 + nel]
+    else:
+        xv = np.empty(nel, np.float32)
+        _gather(x, xv, base0, nb, geo)
+    unfused = ip[P_FUSED] == 0
+    t = np.empty(nel if unfused else 1, np.float32)
+    cnt = np.empty(nel if unfused else 1, np.int32)
+    rnd = np.empty(nel if sr else 1, np.uint32)
+    if sr:
+        _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi)
+    if contiguous and ntg == 1:
+        cand = codes[base0:base0 + nel]
+    else:
+        cand = np.empty(nel, np.uint8)
+    best = np.empty(nel if ntg > 1 else 1, np.uint8)
+    amax = np.empty(nb, np.float32)
+    hnan = np.empty(nb, np.bool_)
+    hinf = np.empty(nb, np.bool_)
+    block_stats(xv, nb, bs, amax, hnan, hinf)
+    ccode = np.empty(nb, np.int64)
+    cscale = np.empty(nb, np.float32)
+    err = np.empty(nb if ntg > 1 else 1, np.float32)
+    best_err = np.empty(nb if ntg > 1 else 1, np.float32)
+    for ti in range(ntg):
+        chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, ccode, cscale)
+        if ip[P_FUSED]:
+            scale_encode_fused(xv, cand, cscale, nb, ts, inv_ts, two_level, ip, fthr, fdelta)
         else:
-            xv = np.empty(nel, np.float32)
-            _gather(x, xv, base0, nb, geo)
-        t = np.empty(nel, np.float32)
-        cnt = np.empty(nel, np.int32)
-        rnd = np.empty(nel if sr else 1, np.uint32)
-        if sr:
-            _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi)
-        if contiguous and ntg == 1:
-            cand = codes[base0:base0 + nel]
-        else:
-            cand = np.empty(nel, np.uint8)
-        best = np.empty(nel if ntg > 1 else 1, np.uint8)
-        amax = np.empty(nb, np.float32)
-        hnan = np.empty(nb, np.bool_)
-        hinf = np.empty(nb, np.bool_)
-        for bi in range(nb):
-            mx = np.uint32(0)
-            anynan = False
-            anyinf = False
-            for j in range(bi * bs, bi * bs + bs):
-                u = f32_to_u32(xv[j]) & ABS_MASK
-                mx = max(mx, u if u < EXP_MASK else np.uint32(0))
-                anynan |= u > EXP_MASK
-                anyinf |= u == EXP_MASK
-            amax[bi] = u32_to_f32(mx)
-            hnan[bi] = anynan
-            hinf[bi] = anyinf
-        best_err = np.empty(nb, np.float32)
-        ccode = np.empty(nb, np.int64)
-        cscale = np.empty(nb, np.float32)
-        for ti in range(ntg):
-            for bi in range(nb):
-                code = block_scale(amax[bi], hnan[bi], hinf[bi], ti, ts, two_level, gmul, ip, fp, sthr, scodes)
-                S = decode_scale(code, ip, sdec)
-                ccode[bi] = code
-                cscale[bi] = S
-                lo = bi * bs
-                if encode_arith:  # t = x * min(float32(1 / float32(S*ts)), FLT_MAX), no zero-scale case
-                    R = np.float32(1.0) / ((S * ts) if two_level else S)
-                    if R > FLT_MAX:
-                        R = FLT_MAX
-                    for j in range(lo, lo + bs):
-                        t[j] = xv[j] * R
-                    continue
-                if recip:
-                    R = (inv_ts / S) if two_level else (np.float32(1.0) / S)
-                    for j in range(lo, lo + bs):
-                        t[j] = xv[j] * R
-                else:
-                    D = (S * ts) if two_level else S
-                    for j in range(lo, lo + bs):
-                        t[j] = xv[j] / D
-                if S == 0:  # zero scale: signed zero (NaN stays NaN)
-                    for j in range(lo, lo + bs):
-                        v = xv[j]
-                        if v == v:
-                            t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
+            scale_elements(xv, t, cscale, nb, ts, inv_ts, two_level, ip)
             encode_run(t, cand, rnd, nel, ip, fp, ethr, ecodes, cnt)
-            if ntg == 1:
-                for bi in range(nb):
-                    scode_out[s0 + bi] = ccode[bi]
-                    s_out[s0 + bi] = cscale[bi]
-                continue
-            for bi in range(nb):  # float32 squared error of the dequantized block, in element order
-                lo = bi * bs
-                S = cscale[bi]
-                err = np.float32(0.0)
-                for j in range(lo, lo + bs):
-                    d = evals[cand[j]] * S
-                    if two_level:
-                        d = d * ts
-                    d = d - xv[j]
-                    err = err + d * d
-                if ti == 0 or err < best_err[bi]:
-                    best_err[bi] = err
-                    scode_out[s0 + bi] = ccode[bi]
-                    s_out[s0 + bi] = S
-                    for j in range(lo, lo + bs):
-                        best[j] = cand[j]
-        result = best if ntg > 1 else cand
-        if contiguous:
-            if ntg > 1:
-                codes[base0:base0 + nel] = result
-        else:
-            _scatter(result, codes, base0, nb, geo)
+        if ntg == 1:
+            for bi in range(nb):
+                scode_out[s0 + bi] = ccode[bi]
+                s_out[s0 + bi] = cscale[bi]
+            continue
+        block_errors(xv, cand, cscale, nb, bs, ts, two_level, evals, err)
+        for bi in range(nb):  # the first target wins ties
+            if ti == 0 or err[bi] < best_err[bi]:
+                best_err[bi] = err[bi]
+                scode_out[s0 + bi] = ccode[bi]
+                s_out[s0 + bi] = cscale[bi]
+                for j in range(bi * bs, bi * bs + bs):
+                    best[j] = cand[j]
+    result = best if ntg > 1 else cand
+    if contiguous:
+        if ntg > 1:
+            codes[base0:base0 + nel] = result
+    else:
+        _scatter(result, codes, base0, nb, geo)
+
+
+@numba.njit(**NJP)
+def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+                    ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta):
+    """Quantize flat float32 ``x`` block by block: element codes into ``codes`` (flat, x's layout), scale codes
+    (uint32) and decoded scales into ``scode_out`` / ``s_out`` (flat scale layout). ``ts``: decode tensor
+    scale (used if ``two_level``), ``inv_ts = float32(1/ts)``, ``gmul``: per-target "encode" multipliers."""
+    cpb = max(1, CHUNK // ip[P_BS])
+    n_items = geo[0] * geo[1] * ((geo[2] + cpb - 1) // cpb)
+    for w in prange(n_items):
+        _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+                       ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta)
 
 
 @numba.njit(**NJP)
@@ -262,6 +233,15 @@ def encode_flat(x, codes, seed_lo, seed_hi, ip, fp, ethr, ecodes):
         encode_run(x[lo:lo + m], codes[lo:lo + m], rnd, m, ip, fp, ethr, ecodes, cnt)
 
 
+@numba.njit(cache=True, error_model="numpy")
+def _finite_amax_bits(x):
+    mx = np.uint32(0)
+    for i in range(x.shape[0]):
+        u = f32_to_u32(x[i]) & ABS_MASK
+        mx = max(mx, u if u < EXP_MASK else np.uint32(0))
+    return mx
+
+
 @numba.njit(**NJP)
 def finite_amax(x):
     """float32 max of |x| over the finite elements of flat ``x`` (0 if none), from the float32 bits."""
@@ -269,40 +249,42 @@ def finite_amax(x):
     nch = (n + CHUNK - 1) // CHUNK
     part = np.zeros(max(nch, 1), np.uint32)
     for w in prange(nch):
-        mx = np.uint32(0)
-        for i in range(w * CHUNK, min(n, w * CHUNK + CHUNK)):
-            u = f32_to_u32(x[i]) & ABS_MASK
-            mx = max(mx, u if u < EXP_MASK else np.uint32(0))
-        part[w] = mx
+        part[w] = _finite_amax_bits(x[w * CHUNK:min(n, w * CHUNK + CHUNK)])
     return u32_to_f32(part.max())
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out):
+    contiguous = geo[10] != 0
+    cpb = max(1, CHUNK // bs)
+    nch = (geo[2] + cpb - 1) // cpb
+    c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
+    nel = nb * bs
+    if contiguous:
+        cv = codes[base0:base0 + nel]
+        ov = out[base0:base0 + nel]
+    else:
+        cv = np.empty(nel, np.uint8)
+        ov = np.empty(nel, np.float32)
+        _gather(codes, cv, base0, nb, geo)
+    for bi in range(nb):
+        S = scales[s0 + bi]
+        for j in range(bi * bs, bi * bs + bs):
+            v = evals[cv[j]] * S
+            if two_level:
+                v = v * ts
+            ov[j] = v
+    if not contiguous:
+        _scatter(ov, out, base0, nb, geo)
 
 
 @numba.njit(**NJP)
 def dequantize_blocks(codes, scales, geo, bs, ts, two_level, evals, out):
     """``out = float32(evals[code] * S)`` (then ``* ts`` for two-level formats), same geometry as quantize."""
-    contiguous = geo[10] != 0
     cpb = max(1, CHUNK // bs)
-    nch = (geo[2] + cpb - 1) // cpb
-    n_items = geo[0] * geo[1] * nch
+    n_items = geo[0] * geo[1] * ((geo[2] + cpb - 1) // cpb)
     for w in prange(n_items):
-        c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
-        nel = nb * bs
-        if contiguous:
-            cv = codes[base0:base0 + nel]
-            ov = out[base0:base0 + nel]
-        else:
-            cv = np.empty(nel, np.uint8)
-            ov = np.empty(nel, np.float32)
-            _gather(codes, cv, base0, nb, geo)
-        for bi in range(nb):
-            S = scales[s0 + bi]
-            for j in range(bi * bs, bi * bs + bs):
-                v = evals[cv[j]] * S
-                if two_level:
-                    v = v * ts
-                ov[j] = v
-        if not contiguous:
-            _scatter(ov, out, base0, nb, geo)
+        _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out)
 
 
 @numba.njit(**NJP)

@@ -41,10 +41,12 @@ SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
 # int64 parameter slots
 (P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OV, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_RULE, P_EVEN_ADD, P_EMAX_ELEM, P_SKIND,
  P_SROUND, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_SDIV, P_ESCALE, P_HAS_MIN, P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP,
- P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH) = range(30)
-N_IP = 30
+ P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH, P_FUSED, P_FCODE_POS,
+ P_FCODE_NEG, P_FABS_MASK) = range(34)
+N_IP = 34
+FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loops
 # float32 parameter slots; targets follow as (target, float32(1/target)) pairs from F_TARGETS
-F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_TARGETS = range(7)
+F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_TARGETS = range(8)
 
 _ROUND = {"rtne": SR_RTNE, "ceil": SR_CEIL, "floor": SR_FLOOR}
 _RULE = {"none": RULE_NONE, "amax": RULE_AMAX, "rceil": RULE_AMAX, "floor": RULE_FLOOR, "ceil": RULE_CEIL,
@@ -61,9 +63,33 @@ class Tables:
     sthr: np.ndarray
     scodes: np.ndarray
     sdec: np.ndarray
+    fthr: np.ndarray
+    fdelta: np.ndarray
 
     def args(self) -> tuple[np.ndarray, ...]:
-        return self.ip, self.fp, self.ethr, self.ecodes, self.evals, self.sthr, self.scodes, self.sdec
+        return (self.ip, self.fp, self.ethr, self.ecodes, self.evals, self.sthr, self.scodes, self.sdec, self.fthr,
+                self.fdelta)
+
+
+def _fused_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, ethr: np.ndarray, ecodes: np.ndarray):
+    """Tables of the fused scale+encode loop, which needs no table lookup (so that it vectorizes): with the
+    ascending thresholds padded with +Inf to a fixed width W, the code of a value whose threshold indicators are
+    ``ind_k = (a >= thr_k)`` is ``code0 + sum_k ind_k * (code[k+1] - code[k])`` (the indicators of an ascending
+    table are 1..1 0..0, so the sum telescopes to ``code[count] - code[0]``). ``fdelta`` rows: [pos, neg]."""
+    enc = int(ip[P_ENC])
+    n = ethr.size
+    width = next((w for w in FUSED_WIDTHS if n <= w), 0)
+    if mode == "sr" or fmt.overflow != "saturate" or enc not in (ENC_SYM, ENC_LINEAR) or width == 0 \
+            or fmt.block_size % 16 or fmt.scale_rule.method == "none":
+        return np.zeros(1, F32), np.zeros((2, 1), np.int32)
+    m1 = int(ip[P_M1])
+    table = ecodes.reshape(2, m1).astype(np.int32)
+    delta = np.zeros((2, width), np.int32)
+    delta[:, :n] = np.diff(table, axis=1)
+    ip[P_FUSED] = width
+    ip[P_FCODE_POS], ip[P_FCODE_NEG] = table[0, 0], table[1, 0]
+    ip[P_FABS_MASK] = 0x7FFFFFFF if enc == ENC_SYM else 0xFFFFFFFF
+    return np.concatenate([ethr, np.full(width - n, np.inf, F32)]).astype(F32), delta
 
 
 def _next_up(v: np.ndarray) -> np.ndarray:
@@ -107,6 +133,7 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
     if rule.method == "none":
         return empty_f, empty_i, empty_f
     ip[P_SKIND] = {"fp32": SK_FP32, "bf16": SK_BF16, "float": SK_TABLE, "pow2": SK_POW2}[sfmt.kind]
+    fp[F_SMAX] = F32(sfmt.max)  # fp32 / bf16 ideal scales saturate here
     ip[P_SROUND] = _ROUND[rule.effective_rounding]
     ip[P_SDIV] = int(rule.scale_division == "reciprocal")
     ip[P_ESCALE] = int(rule.element_scaling == "reciprocal")
@@ -162,6 +189,7 @@ def tables_for(fmt: QuantFormat, mode: str) -> Tables:
     for k, tgt in enumerate(targets):
         fp[F_TARGETS + 2 * k] = F32(tgt)
         fp[F_TARGETS + 2 * k + 1] = F32(1.0) / F32(tgt)
-    for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec):
+    fthr, fdelta = _fused_tables(fmt, mode, ip, ethr, ecodes)
+    for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta):
         a.setflags(write=False)
-    return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec)
+    return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta)
