@@ -33,6 +33,8 @@ def _to_float32_numpy(x: Any, what: str) -> np.ndarray:
             raise InputError(f"{what}: input tensor has dtype {x.dtype}; expected a floating-point tensor")
         return x.detach().to(torch.float32).contiguous().numpy()
     arr = np.asarray(x)
+    if arr.ndim == 0:
+        raise InputError(f"{what}: input is a 0-d scalar; give an array with at least one axis")
     if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
         raise InputError(f"{what}: input array has dtype {arr.dtype}; expected float16, float32 or float64")
     return np.ascontiguousarray(arr, dtype=np.float32)
