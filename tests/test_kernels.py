@@ -190,6 +190,12 @@ def test_swizzle_128x4_layout():
     tiles = z.reshape(2, 2, 32, 4, 4)
     for r, c in ((0, 0), (37, 5), (129, 1), (100, 3)):
         assert int(tiles[r // 128, c // 4, r % 32, (r % 128) // 32, c % 4]) == int(s[r, c])
+    from fp4lab.kernels.quantize import quantize_triton
+
+    x = torch.from_numpy(make_input("random", 256, 256, seed=2))
+    _, plain, *_ = quantize_triton(x, fp4lab.get_format("mxfp4"))
+    _, swz, *_ = quantize_triton(x, fp4lab.get_format("mxfp4"), swizzle=True)
+    assert torch.equal(swz, swizzle_scales_128x4(plain))
     codes = torch.randint(0, 16, (4, 10), dtype=torch.uint8)
     assert torch.equal(unpack_nibbles_torch(fp4lab.quantized.QuantizedTensor(
         codes, None, None, None, fp4lab.get_format("e2m1"), 1, "rtne").packed()), codes)
@@ -224,3 +230,26 @@ def test_verify_cli_interpreter(tmp_path, capsys):
 
     data = json.loads((tmp_path / "v.json").read_text())
     assert data["mismatches"] == 0 and data["elements"] > 0
+
+
+def test_scale_overflow_saturates_and_zero_times_infinite_reciprocal():
+    """fp32/bf16 scales: an ideal scale that overflows to +Inf saturates at the largest finite value; reciprocal
+    element scaling keeps 0 * inf (1/S overflowed for a subnormal S) at 0."""
+    tiny = QuantFormat(name="tiny-grid", element={"kind": "table", "bits": 2, "values": [0.0, 0.125, 0.25, -0.25]},
+                       block={"shape": [16]}, scale="fp32", nan_element="zero",
+                       scale_rule={"method": "amax", "zero_block": "one"})
+    recip = QuantFormat(name="e2m1-recip-bf16", element="e2m1", block={"shape": [16]}, scale="bf16",
+                        nan_element="zero", scale_rule={"method": "amax", "element_scaling": "reciprocal"})
+    recip32 = QuantFormat(name="e2m1-recip-fp32", element="e2m1", block={"shape": [16]}, scale="fp32",
+                          nan_element="zero", scale_rule={"method": "amax", "element_scaling": "reciprocal"})
+    x = make_input("random", 32, 64, seed=12)
+    x[0, :16] = np.float32(3e38)
+    x[1, :16] = 0.0
+    x[1, 3] = np.float32(1e-44)
+    x[2, :16] = -0.0
+    x[2, 5] = np.float32(-1e-44)
+    for fmt in (tiny, recip, recip32):
+        for mode in ("rtne", "sr"):
+            with np.errstate(all="ignore"):
+                qt = quantize_cuda(torch.from_numpy(x), fmt, mode, seed=4)
+            assert_same(qt, quantize_reference(x, fmt, mode, seed=4))

@@ -175,6 +175,8 @@ def scale_params(fmt: QuantFormat) -> ScaleParams:
             p.stab, p.strict = lvn.copy(), True
         else:
             p.stab = lvn[1:].copy()
+    if sfmt.kind in ("fp32", "bf16"):
+        p.smax = float(F32(sfmt.max))  # +Inf ideal scales saturate to the largest finite value
     if sfmt.kind in ("pow2", "float"):
         p.svals = sfmt.decode(np.arange(1 << sfmt.bits)).astype(F32)
     if sfmt.kind == "float" and sfmt.subnormals and sfmt.exponent_bits <= 7 and sfmt.exponent_bias <= 127:

@@ -107,7 +107,8 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDI
             r = tl.div_rn(tl.div_rn(one, one * ts), S)
         else:
             r = tl.div_rn(one, S)
-        t = xb * _expand(r, TWO_D)
+        re = _expand(r, TWO_D)
+        t = tl.where((xb == 0.0) & (tl.abs(re) == float("inf")), xb, xb * re)  # 0 * inf (1/S overflowed) stays 0
     if not ENCODE:
         t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
     return t
@@ -330,13 +331,15 @@ def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_
 
 
 def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
-                    tensor_amax=None, store_scales=True, tile=None):
+                    tensor_amax=None, store_scales=True, swizzle=False, tile=None):
     """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
 
     Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
     two per byte along the last axis, only when blocks run along the last axis), scale codes (uint8, uint16
     bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
-    ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``tile`` = (BM, BK).
+    ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
+    scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
+    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]).
     """
     import torch
 
@@ -426,4 +429,10 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None
+    if swizzle:
+        from fp4lab.kernels.pack import swizzle_scales_128x4
+
+        if len(shape) != 2 or view.axis != 1 or two_d or not sp.method:
+            raise InputError("quantize: swizzle=True needs a 2-D input with 1-D blocks along its last axis")
+        scodes = swizzle_scales_128x4(scodes)
     return codes, scodes, scales, ts, view.axis, mode

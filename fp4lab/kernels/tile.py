@@ -280,9 +280,9 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
             code = tl.load(scpos_ptr + tl.minimum(idx, N_SCPOS - 1))
             code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 2:
-            code = bits_of(ideal)
+            code = bits_of(tl.where(ideal > SMAXV, SMAXV, ideal))
         else:
-            b = bits_of(ideal)
+            b = bits_of(tl.where(ideal > SMAXV, SMAXV, ideal))
             if SROUND == 0:
                 b = b + 0x7FFF + ((b >> 16) & 1)
             elif SROUND == 1:
@@ -332,22 +332,6 @@ def rht_tile(v, signs_ptr, cols, rscale, R: tl.constexpr, C: tl.constexpr, N: tl
         return (fwht(v, R, C, N) * rscale) * s
     else:
         return fwht(v * s, R, C, N) * rscale
-
-
-@triton.jit
-def philox_bits24(seed, addr, rows, k0, K, R: tl.constexpr, C: tl.constexpr, FAST: tl.constexpr):
-    """24 random bits per element (int32): word (i % 4) of randint4x(seed, i // 4) >> 8 for flat index i = addr.
-    FAST (rows contiguous, K % 4 == 0, k0 % 4 == 0): one Philox call per 4 consecutive elements."""
-    if FAST:
-        g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C // 4))[None, :]
-        w0, w1, w2, w3 = tl.randint4x(seed, g)
-        w = tl.join(tl.join(w0, w2), tl.join(w1, w3))
-        r = tl.reshape(w, [R, C])
-    else:
-        w0, w1, w2, w3 = tl.randint4x(seed, addr // 4)
-        j = addr % 4
-        r = tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3)))
-    return (r >> 8).to(tl.int32)
 
 
 @triton.jit
