@@ -125,6 +125,18 @@ def test_scale_overflow_and_underflow_edges() -> None:
                     assert_twin(x, fmt, rounding=mode)
 
 
+@pytest.mark.parametrize("element,overflow", [("e4m3", "nan"), ("e5m2", "inf"), ("e2m3", "saturate"),
+                                              ("e3m2", "saturate"), ("int4_twos_complement", "saturate")])
+def test_wider_and_asymmetric_grids(element: str, overflow: str) -> None:
+    """8-bit grids (binary-search encoder, NaN / Inf overflow codes), 6-bit grids, two's-complement INT4."""
+    fmt = QuantFormat(name="wide", element=element, block=dict(shape=[32]), scale="e8m0",
+                      scale_rule=dict(method="floor"), overflow=overflow)
+    x = _edge_tensor(fmt, (64, 2, 128), seed=9)
+    for mode in MODES:
+        assert_twin(x, fmt, rounding=mode, seed=5)
+        assert_twin(x, fmt, rounding=mode, seed=5, axis=0)
+
+
 def test_same_errors_as_reference() -> None:
     fmt = fp4lab.get_format("mxfp4")
     for bad in (dict(x=np.zeros((4, 30), F32)), dict(x=np.zeros((32,), F32), axis=3),
