@@ -10,9 +10,11 @@ further on, so the block's element order is the reference's ``BlockView.to_block
 * 2-D ``r x c`` tiles of ``[L, R, C]``: ``[L, R/r, C/c]``, ``rows = r``, ``s_row = C``.
 
 Work items are runs of up to ``CHUNK`` elements' worth of blocks along ``c``; ``prange`` spreads them over cores.
-Per work item: gather (if not contiguous), block amax / NaN / Inf flags from the float32 bits, the scale per
-target (``nb_encode.block_scale``), the scaled elements ``t`` exactly as ``ref_quantize.scale_elements``, the
-element codes (``nb_encode.encode_run``), and for several targets the float32 squared error in element order.
+Per work item (one njit call: loops written inside a prange body do not vectorize): gather (if not contiguous),
+block amax / NaN / Inf flags from the float32 bits (``nb_encode.block_stats``), the scales per target
+(``nb_encode.chunk_scales``), the scaled elements exactly as ``ref_quantize.scale_elements`` rounded onto the grid
+(``nb_encode.scale_encode_fused`` where ``nb_tables`` allows it, else ``scale_elements`` + ``encode_run``), and
+for several targets the float32 squared error in element order (ties keep the first target).
 SR draws: the element at flat index i uses word ``i % 4`` of ``philox4x32_10(seed, i // 4)`` shifted right by 8.
 """
 
