@@ -91,3 +91,9 @@ def test_console_script_entry_point_exists():
 
     eps = [e for e in md.entry_points(group="console_scripts") if e.name == "fp4lab"]
     assert eps and eps[0].value == "fp4lab.cli:main"
+
+
+def test_verify_mma_runs_the_published_h200_vectors(capsys):
+    code, out, _ = run(capsys, "verify", "--mma", "--device", "interpreter")
+    assert code == 0
+    assert out.count("5000/5000 bit-exact") == 6

@@ -22,10 +22,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, help="processes (cuda only), each with its own context")
     p.add_argument("--json", default=None, help="also write the summary as JSON to this path")
+    p.add_argument("--mma", action="store_true",
+                   help="instead verify the tensor-core model: published H200 vectors, and the tl.dot probe on a GPU")
     p.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
+    if args.mma:
+        from fp4lab.hwspec.cli import verify_mma
+
+        return verify_mma(args)
     device = args.device
     if device is None:
         device = "interpreter" if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else "cuda"
