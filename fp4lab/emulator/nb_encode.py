@@ -28,6 +28,9 @@ FLT_MAX = np.float32(np.finfo(np.float32).max)
 ABS_MASK = np.uint32(0x7FFFFFFF)
 SIGN_MASK = np.uint32(0x80000000)
 U31 = np.uint32(31)
+U23 = np.uint32(23)
+U255 = np.uint32(255)
+MANT_MASK = np.uint32(0x7FFFFF)
 
 
 @numba.njit(inline="always", **NJ)
@@ -252,30 +255,45 @@ EXP_MASK = np.uint32(0x7F800000)
 
 
 @numba.njit(**NJ)
+def _block_max_bits(xv, nb, bs, top):
+    """``top[bi]`` = max over block bi of the float32 bits of ``|x|`` (as uint32). Power-of-two block sizes: a
+    pairwise tree over the run (stride-2 loads, which vectorize), else a plain loop per block."""
+    if bs & (bs - 1) == 0 and bs >= 2:
+        n = nb * bs // 2
+        for i in range(n):
+            top[i] = max(f32_to_u32(xv[2 * i]) & ABS_MASK, f32_to_u32(xv[2 * i + 1]) & ABS_MASK)
+        while n > nb:
+            n //= 2
+            for i in range(n):
+                top[i] = max(top[2 * i], top[2 * i + 1])
+        return
+    for bi in range(nb):
+        mx = np.uint32(0)
+        for j in range(bi * bs, bi * bs + bs):
+            mx = max(mx, f32_to_u32(xv[j]) & ABS_MASK)
+        top[bi] = mx
+
+
+@numba.njit(**NJ)
 def block_stats(xv, nb, bs, amax, hnan, hinf):
     """Per block of ``xv`` (nb blocks of bs, contiguous): float32 max of the finite |x| (from the bits), and
     whether the block holds a NaN / an Inf."""
-    step = 16 if bs % 16 == 0 else 1
+    top = np.empty(max(nb, nb * bs // 2), np.uint32)
+    _block_max_bits(xv, nb, bs, top)
     for bi in range(nb):
-        mx = np.uint32(0)
-        top = np.uint32(0)
-        for s in range(bi * bs, bi * bs + bs, step):
-            if step == 16:
-                for j in range(s, s + 16):  # constant trip count: one vector
-                    u = f32_to_u32(xv[j]) & ABS_MASK
-                    mx = max(mx, u if u < EXP_MASK else np.uint32(0))
-                    top = max(top, u)
-            else:
-                u = f32_to_u32(xv[s]) & ABS_MASK
-                mx = max(mx, u if u < EXP_MASK else np.uint32(0))
-                top = max(top, u)
-        amax[bi] = u32_to_f32(mx)
-        hnan[bi] = top > EXP_MASK
+        t = top[bi]
+        hnan[bi] = t > EXP_MASK
         hinf[bi] = False
-        if top >= EXP_MASK:  # rare: look for an Inf explicitly
-            for j in range(bi * bs, bi * bs + bs):
-                if (f32_to_u32(xv[j]) & ABS_MASK) == EXP_MASK:
-                    hinf[bi] = True
+        if t < EXP_MASK:
+            amax[bi] = u32_to_f32(t)
+            continue
+        mx = np.uint32(0)  # rare: a NaN or an Inf in the block
+        for j in range(bi * bs, bi * bs + bs):
+            u = f32_to_u32(xv[j]) & ABS_MASK
+            mx = max(mx, u if u < EXP_MASK else np.uint32(0))
+            if u == EXP_MASK:
+                hinf[bi] = True
+        amax[bi] = u32_to_f32(mx)
 
 
 @numba.njit(**NJ)
@@ -329,25 +347,44 @@ def block_errors(xv, cand, S, nb, bs, ts, two_level, evals, err):
         err[bi] = e
 
 
+K_MUL, K_DIV, K_EXACT = 0, 1, 2  # per-block element scaling of the fused loop
+
+
 def _make_fused(width: int):
+    @numba.njit(inline="always", **NJ)
+    def code_of(t, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg):
+        """Code of scaled element t: ``code0 + sum_k (a >= thr_k) * delta_k`` per sign column, then NaN."""
+        tb = f32_to_u32(t)
+        a = u32_to_f32(tb & amask)
+        cp = code_pos
+        cn = code_neg
+        for k in range(width):  # constant trip count: unrolled, one vector compare + masked add per threshold
+            ind = np.int32(a >= thr[k])
+            cp += ind * d0[k]
+            cn += ind * d1[k]
+        neg = (tb >> U31) & (np.uint32(t != 0) | keep)
+        return nan_code if t != t else np.uint8(cn if neg else cp)
+
     @numba.njit(**NJ)
-    def fused(xv, out, mult, S, nb, bs, use_div, zero_fix, amask, thr, delta, keep, nan_code, code_pos, code_neg):
+    def fused(xv, out, mult, kind, S, nb, bs, use_div, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg):
         for bi in range(nb):
             m = mult[bi]
-            zero = zero_fix and S[bi] == 0
-            keep_zero = zero_fix and not use_div and math.isinf(m)  # reciprocal: 0 * inf stays 0
-            for s in range(bi * bs, bi * bs + bs, 16):
-                for j in range(16):  # constant trip counts: unrolled and vectorized by LLVM
-                    v = xv[s + j]
+            xb = xv[bi * bs:bi * bs + bs]
+            ob = out[bi * bs:bi * bs + bs]
+            kb = kind[bi]
+            if kb == K_MUL:  # one loop body per block kind, so that each loop vectorizes
+                for j in range(bs):
+                    ob[j] = code_of(xb[j] * m, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
+            elif kb == K_DIV:
+                for j in range(bs):
+                    ob[j] = code_of(xb[j] / m, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
+            else:  # zero scale (signed zero, NaN stays) or a reciprocal that overflowed (0 * inf stays 0)
+                for j in range(bs):
+                    v = xb[j]
                     t = v / m if use_div else v * m
-                    t = v if (keep_zero and v == 0) else t
-                    t = u32_to_f32(f32_to_u32(v) & SIGN_MASK) if (zero and v == v) else t
-                    a = u32_to_f32(f32_to_u32(t) & amask)
-                    neg = np.int32(f32_to_u32(t) >> U31) & (np.int32(t != 0) | keep)
-                    code = code_pos + neg * (code_neg - code_pos)
-                    for k in range(width):
-                        code += np.int32(a >= thr[k]) * (delta[0, k] + neg * (delta[1, k] - delta[0, k]))
-                    out[s + j] = nan_code if t != t else code
+                    t = v if (not use_div and v == 0) else t
+                    t = u32_to_f32(f32_to_u32(v) & SIGN_MASK) if (S[bi] == 0 and v == v) else t
+                    ob[j] = code_of(t, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
 
     return fused
 
@@ -360,20 +397,37 @@ _fused16 = _make_fused(16)
 def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fthr, fdelta):
     """``scale_elements`` then ``encode_run`` in one pass without storing ``t`` (same float32 operations), for
     deterministic rounding, saturating overflow, blocks of a multiple of 16 and at most 16 thresholds
-    (``nb_tables._fused_tables``)."""
+    (``nb_tables._fused_tables``). A divisor that is a normal power of two whose reciprocal is a float32
+    (2^-126..2^127) becomes a multiplication by that exact reciprocal: ``x / 2^k`` and ``x * 2^-k`` are the same
+    correctly rounded real number, subnormal results included."""
     mult = np.empty(nb, np.float32)
+    kind = np.empty(nb, np.int8)
     encode_arith = ip[P_ENCODE_ARITH] != 0
     use_div = not encode_arith and ip[P_ESCALE] == 0
     for bi in range(nb):
+        k = K_MUL
         if encode_arith:
             r = np.float32(1.0) / ((S[bi] * ts) if two_level else S[bi])
-            mult[bi] = FLT_MAX if r > FLT_MAX else r
+            m = FLT_MAX if r > FLT_MAX else r
         elif use_div:
-            mult[bi] = (S[bi] * ts) if two_level else S[bi]
+            m = (S[bi] * ts) if two_level else S[bi]
+            b = f32_to_u32(m)
+            e = (b >> U23) & U255
+            if (b & MANT_MASK) == 0 and e != 0 and e != U255:
+                m = np.float32(1.0) / m
+            else:
+                k = K_EXACT if S[bi] == 0 else K_DIV
         else:
-            mult[bi] = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
-    args = (xv, out, mult, S, nb, ip[P_BS], use_div, not encode_arith, np.uint32(ip[P_FABS_MASK]), fthr, fdelta,
-            np.int32(ip[P_KEEP_SIGN]), ip[P_NAN_CODE], np.int32(ip[P_FCODE_POS]), np.int32(ip[P_FCODE_NEG]))
+            m = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
+            if S[bi] == 0 or math.isinf(m):
+                k = K_EXACT
+        mult[bi] = m
+        kind[bi] = k
+    d0 = fdelta[0]
+    d1 = fdelta[1]
+    args = (xv, out, mult, kind, S, nb, ip[P_BS], use_div, np.uint32(ip[P_FABS_MASK]), fthr, d0, d1,
+            np.uint32(ip[P_KEEP_SIGN]), np.uint8(ip[P_NAN_CODE]), np.int32(ip[P_FCODE_POS]),
+            np.int32(ip[P_FCODE_NEG]))
     if ip[P_FUSED] == 8:
         _fused8(*args)
     else:
