@@ -11,6 +11,11 @@ Element rounding (deterministic modes) is ``count(t >= thr)`` over a threshold t
   code ``= ctab[m + signbit(t) * (z + 1)]`` with z the index of level 0;
 * path 0: path 1 where the codes are sign-magnitude (``code = m | signbit * sign_or``): no table lookup.
 
+Float grids ExMy (subnormals, no specials, sign-magnitude codes, every value an fp32 normal) take a bit-arithmetic
+fast path (``fbits``) for rtne and sr instead of the tables: see ``tile.encode_fbits_det``/``encode_fbits_sr``.
+It is enabled only after ``fbits_det``/``fbits_sr`` (numpy twins of those kernel formulas) reproduced
+``encode_elements`` on every threshold and level and their fp32 neighbours, plus random data.
+
 Stochastic rounding always uses the signed levels (``p = (t - lo) / (hi - lo)`` is not sign-symmetric in fp32).
 """
 
@@ -55,9 +60,121 @@ class ElementParams:
     ovf_nan: int
     inf_pos: int
     inf_neg: int
+    fbits: bool = False  # bit-arithmetic encode (rtne, sr) of a float grid, see fbits_det / fbits_sr
+    fb_m: int = 0  # mantissa bits
+    fb_emin: int = 0  # exponent of the smallest normal (1 - bias)
+    fb_cmax: int = 0  # largest magnitude code
+
+    @property
+    def fbits_key(self) -> int:
+        """The kernels' FB constexpr: 0 off, else 1 | m << 1 | (emin + 128) << 5 | cmax << 13."""
+        return (1 | self.fb_m << 1 | (self.fb_emin + 128) << 5 | self.fb_cmax << 13) if self.fbits else 0
+
+
+def _u32(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, F32).view(np.uint32).astype(np.int64)
+
+
+def fbits_det(t: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
+    """Magnitude code of RTNE(|t|) on an ExMy grid (m mantissa bits, smallest normal 2^emin), saturated at cmax,
+    as the kernel computes it: below 2^emin, the fp32 sum |t| + 2^(emin - m + 23) rounds (RTNE) to the grid
+    spacing and its bits minus the constant's bits count grid steps; from 2^emin on, integer RTNE of the fp32 bits
+    to m mantissa bits (carry into the exponent) minus the code offset of the binade 2^emin."""
+    a = np.abs(np.asarray(t, F32))
+    big = F32(2.0 ** (emin - m + 23))
+    with np.errstate(invalid="ignore", over="ignore"):
+        c_sub = _u32(a + big) - _u32(big)
+    b = _u32(a)
+    s = 23 - m
+    c_nrm = ((b + (1 << (s - 1)) - 1 + ((b >> s) & 1)) >> s) - ((127 + emin - 1) << m)
+    return np.minimum(np.where(a < F32(2.0 ** emin), c_sub, c_nrm), cmax)
+
+
+def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
+    """Magnitude code of SR(t) on an ExMy grid, as the kernel computes it from |t|'s bits: lo_m = |t| truncated
+    to the grid (0 below the smallest step), gap = 2^(E - m) with E = max(exponent(|t|), emin), the signed
+    neighbours (lo_m, lo_m + gap) or (-(lo_m + gap), -lo_m), p = (t - lo) * (1 / gap) (exact: gap is a power of
+    two), up iff floor(p * 2^24) > rand24; |t| >= the largest level (lo_m's code >= cmax) gives cmax."""
+    t = np.asarray(t, F32)
+    a = np.abs(t)
+    b = _u32(a)
+    eb = b >> 23
+    E = np.maximum(eb, 127 + emin)
+    sh = np.minimum(23 - m + (E - eb), 31)
+    sp = F32(2.0 ** (emin - m))
+    lo_bits = np.where(a < sp, 0, (b >> sh) << sh)
+    lo_m = lo_bits.astype(np.uint32).view(F32)
+    gap = ((E - m) << 23).astype(np.uint32).view(F32)
+    ig = ((254 - E + m) << 23).astype(np.uint32).view(F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        hi_m = (lo_m + gap).astype(F32)
+        neg = t < 0
+        lo = np.where(neg, -hi_m, lo_m).astype(F32)
+        p = ((t - lo).astype(F32) * ig).astype(F32)
+        f24 = np.where(np.isfinite(p), p * F32(16777216.0), 0).astype(np.int64)
+    up = f24 > np.asarray(rand24, np.int64)
+    sub = a < F32(2.0 ** emin)
+    w = np.where(sub, (lo_m + F32(2.0 ** emin)).astype(F32), lo_m)
+    c_lo = (_u32(w) >> (23 - m)) - ((127 + emin - 1) << m) - np.where(sub, 1 << m, 0)
+    return np.where(c_lo >= cmax, cmax, c_lo + (up != neg))
+
+
+def _fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: np.ndarray) -> bool:
+    """True when fbits_det (rtne) and fbits_sr give encode_elements' codes on levels, thresholds, their fp32
+    neighbours and random data, both signs (NaN/overflow policies apply afterwards in both)."""
+    from fp4lab.emulator.ref_encode import encode_elements
+
+    g = fmt.element
+    rng = np.random.default_rng(0)
+    pts = np.concatenate([g.levels.astype(F32), thr.astype(F32), [F32(2.0 ** (emin - m - 1)), F32(1e-30), 0.0]])
+    pts = np.abs(pts).astype(F32)
+    near = [pts]
+    for _ in range(3):
+        near.append(np.nextafter(near[-1], F32(np.inf)).astype(F32))
+    down = [pts]
+    for _ in range(3):
+        down.append(np.nextafter(down[-1], F32(0)).astype(F32))
+    rnd = (rng.standard_normal(4000) * np.exp2(rng.integers(-12, 6, 4000))).astype(F32)
+    mags = np.concatenate(near + down + [np.abs(rnd), np.abs(rng.uniform(0, 2 * vmax, 4000)).astype(F32)]).astype(F32)
+    t = np.concatenate([mags, -mags]).astype(F32)
+    sign = np.where(np.signbit(t), 1 << (g.bits - 1), 0)
+    kw = dict(nan_policy="zero", overflow="saturate", signed_zero="keep")
+    if not np.array_equal(fbits_det(t, m, emin, cmax) | sign, encode_elements(t, g, "rtne", **kw).astype(np.int64)):
+        return False
+    for r in (np.zeros(t.size), np.full(t.size, (1 << 24) - 1), rng.integers(0, 1 << 24, t.size)):
+        r = r.astype(np.int64)
+        got = fbits_sr(t, r, m, emin, cmax) | sign
+        if not np.array_equal(got, encode_elements(t, g, "sr", r.astype(np.uint32), **kw).astype(np.int64)):
+            return False
+    return True
+
+
+_CACHE: dict[tuple, object] = {}
+
+
+def _cached(kind: str, fmt: QuantFormat, mode: str, build):
+    """Derived constants are pure functions of the format: build once per (format JSON, mode), so launches do
+    not repeat the derivation (and the fbits checks) on the host. The cached objects are shared: read only."""
+    key = (kind, fmt.model_dump_json(), mode)
+    hit = _CACHE.get(key)
+    if hit is None:
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        hit = _CACHE[key] = build(fmt, mode)
+    return hit
 
 
 def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
+    """Element tables/constants of ``fmt`` for rounding ``mode`` (cached; read only)."""
+    return _cached("element", fmt, mode, _element_params)
+
+
+def scale_params(fmt: QuantFormat) -> ScaleParams:
+    """Scale constants of ``fmt`` (cached; read only)."""
+    return _cached("scale", fmt, "", lambda f, _m: _scale_params(f))
+
+
+def _element_params(fmt: QuantFormat, mode: str) -> ElementParams:
     from fp4lab.emulator.ref_encode import nan_element_code
 
     g = fmt.element
@@ -91,12 +208,20 @@ def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
     expo = (gaps.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
     pow2 = bool(np.all(mant == 0) and np.all((expo > 1) & (expo < 253)))
     inv = (F32(1.0) / gaps).astype(F32) if pow2 else np.ones_like(gaps)
+    fb = None
+    if (mode in ("rtne", "sr") and path == 0 and isinstance(g, FloatGrid) and g.signed and g.subnormals
+            and g.specials == "none" and sign_or == 1 << (g.bits - 1)):
+        m, emin = g.mantissa_bits, 1 - g.exponent_bias
+        cmax, vmax = (1 << (g.bits - 1)) - 1, float(lv[-1])
+        if m >= 1 and emin - m >= -125 and vmax < 2.0 ** 126 and _fbits_ok(fmt, m, emin, cmax, vmax, g.thresholds("rtne")):
+            fb = (m, emin, cmax)
     return ElementParams(
         path=path, thr=np.ascontiguousarray(mthr), ctab=mtab, half=half, sign_or=sign_or,
         levels=lv, ctab_signed=signed_tab, values=vals, inv_gaps=inv, pow2_gaps=pow2,
         nan_code=nan_element_code(g, fmt.nan_element),
         overflow={"saturate": 0, "nan": 1, "inf": 2}[fmt.overflow],
         overflow_thr=float(g.overflow_threshold), ovf_nan=int(g.nan_code or 0), inf_pos=inf[0], inf_neg=inf[1],
+        fbits=fb is not None, fb_m=fb[0] if fb else 0, fb_emin=fb[1] if fb else 0, fb_cmax=fb[2] if fb else 0,
     )
 
 
@@ -133,7 +258,7 @@ class ScaleParams:
     encode: bool = False  # TransformerEngine "encode" arithmetic (g = target*smax/amax_t, t = x * min(1/(S*ts), FLT_MAX))
 
 
-def scale_params(fmt: QuantFormat) -> ScaleParams:
+def _scale_params(fmt: QuantFormat) -> ScaleParams:
     from fp4lab.emulator.ref_quantize import _special_code
 
     rule, sfmt = fmt.scale_rule, fmt.scale

@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.tile import (
-    FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_sr, f32_of, is_finite,
+    FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_fbits_det,
+    encode_fbits_sr, encode_sr, f32_of, is_finite,
     load_f32, philox_pairs, rht_pairs, rht_tile,
 )
 
@@ -75,8 +76,13 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
             N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
             PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr,
-            POW2_GAPS: tl.constexpr):
-    if SR:
+            POW2_GAPS: tl.constexpr, FB: tl.constexpr):
+    if FB & 1:
+        if SR:
+            code = encode_fbits_sr(t, rnd, FB, SIGN_OR, SZ_POS)
+        else:
+            code = encode_fbits_det(t, FB, SIGN_OR, SZ_POS)
+    elif SR:
         code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, igap_ptr, N_LVL, L_LVL, PATH, SIGN_OR, SZ_POS, POW2_GAPS)
     else:
         code = encode_det(t, thr_ptr, ctab_ptr, half, N_THR, L_THR, PATH, SIGN_OR, SZ_POS)
@@ -126,7 +132,7 @@ def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, in
                SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
                HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
                EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-               POW2_GAPS: tl.constexpr):
+               POW2_GAPS: tl.constexpr, FB: tl.constexpr):
     """(even-half codes, odd-half codes, scale codes, decoded scales) of the blocks for one amax target."""
     sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, N_STAB, L_STAB,
                            N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
@@ -139,9 +145,9 @@ def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, in
     te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
     to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
     ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
     co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
     return ce, co, sc, S
 
 
@@ -198,7 +204,7 @@ def _quantize_kernel(
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr,
+    POW2_GAPS: tl.constexpr, FB: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
@@ -218,8 +224,9 @@ def _quantize_kernel(
     rmask = (rows < M)[:, None]
     me = rmask & (ce < K)[None, :]
     mo = rmask & (ce + 1 < K)[None, :]
+    mw = rmask & (kw < K2)[None, :]  # == me for even K (WORDS, PACK); keeps the word accesses vectorized
     if WORDS:
-        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=me, other=0)
+        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
         xe = f32_of(w << 16)
         xo = f32_of(w & -65536)
     else:
@@ -234,9 +241,9 @@ def _quantize_kernel(
         ro = addr_o
     if METHOD == 0:
         code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
         code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS)
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
     else:
         ts = 1.0
         g = 1.0
@@ -275,7 +282,7 @@ def _quantize_kernel(
             stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
             N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH, SIGN_OR, OVF, SR, METHOD,
             EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
-            SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS)
+            SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB)
         if N_TG > 1:
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
             for ti in tl.static_range(1, N_TG):
@@ -285,7 +292,8 @@ def _quantize_kernel(
                     ovf_nan, inf_pos, inf_neg, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code,
                     inf_code, snan_code, N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH,
                     SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
-                    TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS)
+                    TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS,
+                    FB)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
                 take = err < best_err
                 best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
@@ -312,7 +320,7 @@ def _quantize_kernel(
         if STORE_S:
             tl.store(s_ptr + saddr, best_S, mask=smask)
     if PACK:
-        tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], code_e | (code_o << 4), mask=me)
+        tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], code_e | (code_o << 4), mask=mw)
     else:
         tl.store(codes_ptr + addr_e, code_e, mask=me)
         tl.store(codes_ptr + addr_o, code_o, mask=mo)
@@ -425,7 +433,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
             DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", **opts)
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None

@@ -146,6 +146,56 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL
 
 
 @triton.jit
+def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
+    """RTNE codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (params.fbits_det is the numpy twin):
+    magnitude code | sign * SIGN_OR. NaN/overflow policies are applied by the caller. FB = params.fbits_key."""
+    FB_M: tl.constexpr = (FB >> 1) & 15
+    FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
+    FB_CMAX: tl.constexpr = (FB >> 13) & 255
+    a = tl.abs(t)
+    big: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
+    c_sub = bits_of(a + big) - bits_of(tl.full(t.shape, big, tl.float32))
+    if FB_CMAX < (1 << (FB_M + 1)):
+        c = c_sub  # a single binade above the subnormals: the whole grid has one spacing
+    else:
+        b = bits_of(a)
+        S: tl.constexpr = 23 - FB_M
+        c_nrm = ((b + ((1 << (S - 1)) - 1) + ((b >> S) & 1)) >> S) - ((127 + FB_EMIN - 1) << FB_M)
+        c = tl.where(a < 2.0 ** FB_EMIN, c_sub, c_nrm)
+    return tl.minimum(c, FB_CMAX) | (negative(t, SZ_POS) * SIGN_OR)
+
+
+@triton.jit
+def encode_fbits_sr(t, rand24, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
+    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (params.fbits_sr is the
+    numpy twin): |t| truncated to the grid gives lo_m and the power-of-two gap, so p = (t - lo) * (1 / gap) is
+    the exact quotient of the reference; magnitude code | sign * SIGN_OR."""
+    FB_M: tl.constexpr = (FB >> 1) & 15
+    FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
+    FB_CMAX: tl.constexpr = (FB >> 13) & 255
+    a = tl.abs(t)
+    b = bits_of(a)
+    eb = b >> 23
+    E = tl.maximum(eb, 127 + FB_EMIN)
+    sh = tl.minimum(23 - FB_M + (E - eb), 31)
+    lo_bits = tl.where(a < 2.0 ** (FB_EMIN - FB_M), 0, (b >> sh) << sh)
+    lo_m = f32_of(lo_bits)
+    hi_m = lo_m + f32_of((E - FB_M) << 23)
+    neg = t < 0.0
+    lo = tl.where(neg, -hi_m, lo_m)
+    p = (t - lo) * f32_of((254 + FB_M - E) << 23)
+    p = tl.where(p > 0.0, p, 0.0)  # NaN (t = +-Inf) -> 0; the policies replace those codes
+    f24 = (p * 16777216.0).to(tl.int32)
+    up = f24 > rand24
+    sub = a < 2.0 ** FB_EMIN
+    w = tl.where(sub, lo_m + 2.0 ** FB_EMIN, lo_m)
+    c_lo = (bits_of(w) >> (23 - FB_M)) - ((127 + FB_EMIN - 1) << FB_M) - tl.where(sub, 1 << FB_M, 0)
+    c = c_lo + (up != neg).to(tl.int32)
+    c = tl.where(c_lo >= FB_CMAX, FB_CMAX, c)  # |t| >= the largest level (or Inf)
+    return c | (negative(t, SZ_POS) * SIGN_OR)
+
+
+@triton.jit
 def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF: tl.constexpr):
     if OVF == 1:
         code = tl.where(tl.abs(t) >= ovf_thr, ovf_nan, code)
