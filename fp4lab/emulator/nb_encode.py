@@ -16,8 +16,8 @@ from fp4lab.emulator.nb_tables import (
     ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SMAX, F_TARGETS, OV_NAN,
     OV_SATURATE, P_BS, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD,
     P_FABS_MASK, P_FCODE_NEG, P_FCODE_POS, P_FUSED, P_HAS_MAX, P_HAS_MIN, P_KEEP_SIGN, P_M1, P_NAN_CODE, P_NAN_PROP,
-    P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN, P_SOFF, P_SROUND,
-    P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
+    P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SBKT_K, P_SBKT_SH, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN,
+    P_SOFF, P_SROUND, P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
 )
 
 NJ = dict(cache=True, error_model="numpy")
@@ -172,7 +172,7 @@ def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
 
 
 @numba.njit(**NJ)
-def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, code):
+def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code):
     """Scale codes of non-negative float32 ideal scales (``ref_encode.encode_scale``), one straight loop per
     scale kind so that it vectorizes across blocks."""
     kind = ip[P_SKIND]
@@ -196,9 +196,16 @@ def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, code):
         clip_hi = fp[F_SCLIP]
         off = ip[P_SOFF]
         top = ip[P_SMAXCODE]
-        for bi in range(nb):
+        sh = np.uint32(ip[P_SBKT_SH])
+        kk = ip[P_SBKT_K]
+        last = sbkt.shape[0] - 1
+        for bi in range(nb):  # count(sthr <= v) through the bucket index (nb_tables._bucket_index)
             v = min(max(ideal[bi], np.float32(0.0)), clip_hi)
-            code[bi] = scodes[min(max(count_le(sthr, v) + off, 0), top)]
+            c = np.int64(sbkt[min(np.int64((f32_to_u32(v) & ABS_MASK) >> sh), last)])
+            c0 = c
+            for i in range(kk):
+                c += np.int64(sthr[c0 + i] <= v)
+            code[bi] = scodes[min(max(c + off, 0), top)]
         for bi in range(nb):
             if ideal[bi] != ideal[bi]:
                 code[bi] = ip[P_SNAN]
@@ -208,7 +215,7 @@ def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, code):
 
 
 @numba.njit(**NJ)
-def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, code, S):
+def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, code, S):
     """Scale codes and decoded float32 scales of nb blocks with finite float32 ``amax`` for target ``ti``:
     the scale rule (``ref_quantize.block_scale_codes``), then the zero / Inf / NaN block overrides, then
     ``ScaleFormat.decode``. "encode" arithmetic: ``gmul[ti] = float32(g * float32(1/target))``."""
@@ -216,7 +223,7 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
     if rule == RULE_AMAX:
         ideal = np.empty(nb, np.float32)
         _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal)
-        _encode_ideals(ideal, nb, ip, fp, sthr, scodes, code)
+        _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code)
     else:  # OCP MX exponent rules on the float32 bits of amax
         even_add = ip[P_EVEN_ADD]
         shift = ip[P_SBIAS] - ip[P_EMAX_ELEM] - 127

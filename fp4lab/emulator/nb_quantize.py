@@ -143,7 +143,7 @@ def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi):
 
 @numba.njit(cache=True, error_model="numpy")
 def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
-                   ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta):
+                   ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """One work item of ``quantize_blocks`` (a separate function: loops inside a prange body do not vectorize)."""
     bs = ip[P_BS]
     ntg = ip[P_NTARGETS]
@@ -178,7 +178,7 @@ def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gm
     err = np.empty(nb if ntg > 1 else 1, np.float32)
     best_err = np.empty(nb if ntg > 1 else 1, np.float32)
     for ti in range(ntg):
-        chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, ccode, cscale)
+        chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, ccode, cscale)
         if ip[P_FUSED]:
             scale_encode_fused(xv, cand, cscale, nb, ts, inv_ts, two_level, ip, fthr, fdelta)
         else:
@@ -207,7 +207,7 @@ def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gm
 
 @numba.njit(**NJP)
 def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
-                    ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta):
+                    ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """Quantize flat float32 ``x`` block by block: element codes into ``codes`` (flat, x's layout), scale codes
     (uint32) and decoded scales into ``scode_out`` / ``s_out`` (flat scale layout). ``ts``: decode tensor
     scale (used if ``two_level``), ``inv_ts = float32(1/ts)``, ``gmul``: per-target "encode" multipliers."""
@@ -215,7 +215,7 @@ def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul
     n_items = geo[0] * geo[1] * ((geo[2] + cpb - 1) // cpb)
     for w in prange(n_items):
         _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
-                       ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta)
+                       ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
 
 
 @numba.njit(**NJP)

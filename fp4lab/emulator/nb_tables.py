@@ -8,7 +8,7 @@ arrays so that every njit kernel has exactly one compiled signature:
 * element tables ``ethr`` (float32 thresholds or levels), ``ecodes`` (int32 codes by [sign, level index]),
   ``evals`` (float32 value of every code);
 * scale tables ``sthr`` (float32 search table), ``scodes`` (int32 scale code by search index), ``sdec``
-  (float32 value of every scale code).
+  (float32 value of every scale code), ``sbkt`` (bucket index into ``sthr``, see ``_bucket_index``).
 
 Element encoders (``P_ENC``):
   ``ENC_SYM``    sign-symmetric grid whose thresholds mirror exactly about zero: ``j = count(|t| >= mthr)``
@@ -42,8 +42,9 @@ SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
 (P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OV, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_RULE, P_EVEN_ADD, P_EMAX_ELEM, P_SKIND,
  P_SROUND, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_SDIV, P_ESCALE, P_HAS_MIN, P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP,
  P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH, P_FUSED, P_FCODE_POS,
- P_FCODE_NEG, P_FABS_MASK) = range(34)
-N_IP = 34
+ P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K) = range(36)
+N_IP = 36
+SBKT_MAX = 4096  # most buckets of the scale search index
 FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loops
 # float32 parameter slots; targets follow as (target, float32(1/target)) pairs from F_TARGETS
 F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_TARGETS = range(8)
@@ -65,10 +66,11 @@ class Tables:
     sdec: np.ndarray
     fthr: np.ndarray
     fdelta: np.ndarray
+    sbkt: np.ndarray
 
     def args(self) -> tuple[np.ndarray, ...]:
         return (self.ip, self.fp, self.ethr, self.ecodes, self.evals, self.sthr, self.scodes, self.sdec, self.fthr,
-                self.fdelta)
+                self.fdelta, self.sbkt)
 
 
 def _fused_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, ethr: np.ndarray, ecodes: np.ndarray):
@@ -90,6 +92,22 @@ def _fused_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, ethr: np.ndarray,
     ip[P_FCODE_POS], ip[P_FCODE_NEG] = table[0, 0], table[1, 0]
     ip[P_FABS_MASK] = 0x7FFFFFFF if enc == ENC_SYM else 0xFFFFFFFF
     return np.concatenate([ethr, np.full(width - n, np.inf, F32)]).astype(F32), delta
+
+
+def _bucket_index(thr: np.ndarray, top: np.float32, ip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Search index for ``count(thr <= v)`` over ascending non-negative float32 ``thr``, v in [0, top]: bucket
+    ``b = bits(v) >> sh`` (the smallest shift giving at most ``SBKT_MAX`` buckets); ``start[b]`` = number of
+    thresholds in lower buckets (all of them < v); at most ``K`` thresholds share a bucket, so
+    ``count = start[b] + sum_{i<K} (thr[start[b] + i] <= v)`` with ``thr`` padded by K times +Inf.
+    Returns (padded thr, start) and sets ``ip[P_SBKT_SH]``, ``ip[P_SBKT_K]``."""
+    bits = (thr.astype(F32) + F32(0.0)).view(np.uint32).astype(np.int64)  # -0 -> +0
+    top_bits = int(np.array(top, F32).view(np.uint32))
+    sh = next(s for s in range(32) if (top_bits >> s) < SBKT_MAX)
+    keys = bits >> sh
+    start = np.searchsorted(keys, np.arange((top_bits >> sh) + 1), side="left").astype(np.int32)
+    k = int(np.bincount(keys).max()) if keys.size else 0
+    ip[P_SBKT_SH], ip[P_SBKT_K] = sh, k
+    return np.concatenate([thr.astype(F32), np.full(k, np.inf, F32)]), start
 
 
 def _next_up(v: np.ndarray) -> np.ndarray:
@@ -131,7 +149,7 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
     empty_f, empty_i = np.zeros(1, F32), np.zeros(1, np.int32)
     ip[P_RULE] = _RULE[rule.method]
     if rule.method == "none":
-        return empty_f, empty_i, empty_f
+        return empty_f, empty_i, empty_f, empty_i
     ip[P_SKIND] = {"fp32": SK_FP32, "bf16": SK_BF16, "float": SK_TABLE, "pow2": SK_POW2}[sfmt.kind]
     fp[F_SMAX] = F32(sfmt.max)  # fp32 / bf16 ideal scales saturate here
     ip[P_SROUND] = _ROUND[rule.effective_rounding]
@@ -151,7 +169,7 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
     if rule.method == "even":
         ip[P_EVEN_ADD] = 1 << (22 - fmt.element.mantissa_bits)
     ip[P_EMAX_ELEM] = fmt.emax_elem
-    sthr, scodes, sdec = empty_f, empty_i, empty_f
+    sthr, scodes, sdec, sbkt = empty_f, empty_i, empty_f, empty_i
     if sfmt.kind == "pow2":
         ip[P_SBIAS], ip[P_SNAN] = sfmt.exponent_bias, sfmt.pow2_nan_code
         ip[P_SMAXCODE] = sfmt.pow2_nan_code - 1
@@ -173,7 +191,8 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
         ip[P_SMAXCODE] = lv_nonneg.size - 1
         ip[P_SNAN] = -1 if grid.nan_code is None else grid.nan_code
         sdec = sfmt.decode(np.arange(1 << sfmt.bits)).astype(F32)
-    return sthr, scodes, sdec
+        sthr, sbkt = _bucket_index(sthr, fp[F_SCLIP], ip)
+    return sthr, scodes, sdec, sbkt
 
 
 @lru_cache(maxsize=256)
@@ -183,13 +202,13 @@ def tables_for(fmt: QuantFormat, mode: str) -> Tables:
     ip = np.zeros(N_IP, np.int64)
     fp = np.zeros(F_TARGETS + 2 * len(targets), F32)
     ethr, ecodes, evals = _element_tables(fmt, mode, ip, fp)
-    sthr, scodes, sdec = _scale_tables(fmt, ip, fp)
+    sthr, scodes, sdec, sbkt = _scale_tables(fmt, ip, fp)
     ip[P_NTARGETS] = len(targets)
     ip[P_BS] = fmt.block_size
     for k, tgt in enumerate(targets):
         fp[F_TARGETS + 2 * k] = F32(tgt)
         fp[F_TARGETS + 2 * k + 1] = F32(1.0) / F32(tgt)
     fthr, fdelta = _fused_tables(fmt, mode, ip, ethr, ecodes)
-    for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta):
+    for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
         a.setflags(write=False)
-    return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta)
+    return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
