@@ -56,6 +56,25 @@ def test_quantize_matches_reference_all_formats(name):
         assert_same(qt, ref)
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_quantize_bf16_words_path_all_formats(name):
+    """bf16 input blocked along the last axis without RHT (the 4-D word-tile path with bit-arithmetic encode for
+    float grids): adversarial RTNE and random SR against the reference on the bf16 values, codes plain and packed."""
+    from fp4lab.kernels.quantize import quantize_triton
+
+    fmt = fp4lab.get_format(name)
+    for i, (rounding, kind) in enumerate([("rtne", "adversarial"), ("sr", "random"), ("sr", "adversarial")]):
+        xt = torch.from_numpy(make_input(kind, 64, 256, seed=20 + i)).to(torch.bfloat16)
+        x = xt.to(torch.float32).numpy()
+        with np.errstate(all="ignore"):
+            qt = quantize_cuda(xt, fmt, rounding, seed=3 + i)
+            ref = quantize_reference(x, fmt, rounding, seed=3 + i)
+            assert_same(qt, ref)
+            if fmt.element.bits == 4:
+                codes = quantize_triton(xt, fmt, rounding, seed=3 + i, packed=True)[0]
+                assert np.array_equal(codes.numpy(), pack_nibbles(ref.codes))
+
+
 @pytest.mark.parametrize("mode", ["rtna", "rtnz", "rtz"])
 def test_other_rounding_modes(mode):
     for name in ("nvfp4", "int4-b32-e8m0", "nf4-b64-fp32"):

@@ -49,8 +49,9 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
     rmask = (rows < M)[:, None]
     me = rmask & (ce < K)[None, :]
     mo = rmask & (ce + 1 < K)[None, :]
+    mw = rmask & (kw < K2)[None, :]  # == me for even K (PACKED, WORDS); keeps the word accesses vectorized
     if PACKED:
-        p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=me, other=0).to(tl.int32)
+        p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0).to(tl.int32)
         code_e = p & 15
         code_o = p >> 4
     else:
@@ -87,7 +88,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
     if OUT_BF16:
         if WORDS:
             tl.store(out_ptr + rows[:, None] * K2 + kw[None, :],
-                     bf16_bits_rtne(ve) | (bf16_bits_rtne(vo) << 16), mask=me)
+                     bf16_bits_rtne(ve) | (bf16_bits_rtne(vo) << 16), mask=mw)
         else:
             tl.store(out_ptr + addr_e, bf16_bits_rtne(ve), mask=me)
             tl.store(out_ptr + addr_o, bf16_bits_rtne(vo), mask=mo)

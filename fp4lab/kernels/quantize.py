@@ -204,12 +204,15 @@ def _quantize_kernel(
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr,
+    POW2_GAPS: tl.constexpr, FB: tl.constexpr, B4: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
     C2: tl.constexpr = BK // 2
     TH: tl.constexpr = TC // 2
+    R4: tl.constexpr = TWO_D or B4  # blocks held as [., rows-or-quads, NB, cols-or-lanes]
+    TRR: tl.constexpr = TH // 4 if B4 else TR
+    THR: tl.constexpr = 4 if B4 else TH
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
@@ -225,20 +228,45 @@ def _quantize_kernel(
     me = rmask & (ce < K)[None, :]
     mo = rmask & (ce + 1 < K)[None, :]
     mw = rmask & (kw < K2)[None, :]  # == me for even K (WORDS, PACK); keeps the word accesses vectorized
-    if WORDS:
-        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
+    if B4:
+        # [BM, TQ, NB, 4] words: word kw4 = block nb, quad q, lane v. Each thread holds 4-word vectors and the
+        # quads of a block sit in one thread, so block reductions need no shuffles.
+        TQ: tl.constexpr = TH // 4
+        q4 = tl.arange(0, TQ)[None, :, None, None]
+        nb4 = tl.arange(0, BK // TC)[None, None, :, None]
+        kq = pid_k * C2 + nb4 * TH + q4 * 4
+        kw4 = kq + tl.arange(0, 4)[None, None, None, :]
+        r4 = rows[:, None, None, None]
+        waddr = r4 * K2 + kw4
+        m4 = (r4 < M) & (kw4 < K2)
+        w = tl.load(x_ptr + waddr, mask=m4, other=0)
         xe = f32_of(w << 16)
         xo = f32_of(w & -65536)
+        if SR:
+            # element 2 * kw4 (+1) of row r is flat index r * K + 2 * kw4 (+1): group r * K/4 + kw4 // 2, words
+            # 0, 2 (even elements) and 1, 3 (odd) of each group; two groups per quad of words
+            gq = r4 * (K // 4) + kq // 2 + tl.arange(0, 2)[None, None, None, :]
+            w0, w1, w2, w3 = tl.randint4x(seed, gq)
+            re = (tl.reshape(tl.join(w0, w2), [BM, TQ, BK // TC, 4]) >> 8).to(tl.int32)
+            ro = (tl.reshape(tl.join(w1, w3), [BM, TQ, BK // TC, 4]) >> 8).to(tl.int32)
+        else:
+            re = w
+            ro = w
     else:
-        xe = load_f32(x_ptr, addr_e, me, IN_KIND)
-        xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
-    if RHT_N > 0:
-        xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
-    if SR:
-        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND)
-    else:
-        re = addr_e
-        ro = addr_o
+        if WORDS:
+            w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
+            xe = f32_of(w << 16)
+            xo = f32_of(w & -65536)
+        else:
+            xe = load_f32(x_ptr, addr_e, me, IN_KIND)
+            xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
+        if RHT_N > 0:
+            xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
+        if SR:
+            re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND)
+        else:
+            re = addr_e
+            ro = addr_o
     if METHOD == 0:
         code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
                          inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
@@ -259,50 +287,62 @@ def _quantize_kernel(
                 ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
             if (pid_m == 0) & (pid_k == 0):
                 tl.store(ts_ptr, ts)
-        eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
-        ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
-        reb = _blocks(re, BM, C2, TR, TH, TWO_D)
-        rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
-        # |x| bit patterns order like the values (finite < Inf < NaN): one integer max for the finite amax and
-        # one for the specials, the even and odd halves merged elementwise first
+        if B4:
+            eb = xe
+            ob = xo
+            reb = re
+            rob = ro
+        else:
+            eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
+            ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
+            reb = _blocks(re, BM, C2, TR, TH, TWO_D)
+            rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
+        # |x| bit patterns order like the values (finite < Inf < NaN): integer maxima, the even and odd halves
+        # merged elementwise first
         ae = bits_of(eb) & 0x7FFFFFFF
         ao = bits_of(ob) & 0x7FFFFFFF
-        amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), TWO_D))
         if NAN_PROP:
-            top = _bmax(tl.maximum(ae, ao), TWO_D)
+            # a block with Inf/NaN gets the inf/nan scale code whatever its finite amax: one maximum suffices
+            top = _bmax(tl.maximum(ae, ao), R4)
             has_nan = top > 0x7F800000
             has_inf = top == 0x7F800000
+            amax = f32_of(tl.where(top < 0x7F800000, top, 0))
         else:
+            amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), R4))
             has_nan = amax != amax
-            has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), TWO_D) > 0
+            has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), R4) > 0
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
         best_e, best_o, best_sc, best_S = _candidate(
             eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr),
             thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
             stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-            N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH, SIGN_OR, OVF, SR, METHOD,
+            N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, R4, PATH, SIGN_OR, OVF, SR, METHOD,
             EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
             SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB)
         if N_TG > 1:
-            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
+            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
             for ti in tl.static_range(1, N_TG):
                 c_e, c_o, sc, S = _candidate(
                     eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti),
                     tl.load(itg_ptr + ti), thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr,
                     ovf_nan, inf_pos, inf_neg, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code,
-                    inf_code, snan_code, N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, TWO_D, PATH,
+                    inf_code, snan_code, N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, R4, PATH,
                     SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
                     TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS,
                     FB)
-                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
+                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
                 take = err < best_err
-                best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
-                best_o = tl.where(_expand(take, TWO_D), c_o, best_o)
+                best_e = tl.where(_expand(take, R4), c_e, best_e)
+                best_o = tl.where(_expand(take, R4), c_o, best_o)
                 best_sc = tl.where(take, sc, best_sc)
                 best_S = tl.where(take, S, best_S)
                 best_err = tl.where(take, err, best_err)
-        code_e = tl.reshape(best_e, [BM, C2])
-        code_o = tl.reshape(best_o, [BM, C2])
+        if B4:
+            code_e = best_e
+            code_o = best_o
+        else:
+            code_e = tl.reshape(best_e, [BM, C2])
+            code_o = tl.reshape(best_o, [BM, C2])
         if TWO_D:
             srows = pid_m * (BM // TR) + tl.arange(0, BM // TR)
             scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
@@ -319,7 +359,13 @@ def _quantize_kernel(
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:
             tl.store(s_ptr + saddr, best_S, mask=smask)
-    if PACK:
+    if B4:
+        if PACK:
+            tl.store(codes_ptr + waddr, code_e | (code_o << 4), mask=m4)
+        else:
+            tl.store(codes_ptr + (r4 * K + 2 * kw4), code_e, mask=m4)
+            tl.store(codes_ptr + (r4 * K + 2 * kw4 + 1), code_o, mask=m4)
+    elif PACK:
         tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], code_e | (code_o << 4), mask=mw)
     else:
         tl.store(codes_ptr + addr_e, code_e, mask=me)
@@ -404,6 +450,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     ts_out = torch.ones(1, dtype=f32, device=dev)
     fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
     words = in_kind == 1 and inner1 and mv.K % 2 == 0
+    b4 = bool(words and sp.method and not two_d and rht_n == 0 and tc >= 8 and mv.K % tc == 0)
     xk = xin.view(torch.int32) if words else xin
     if sp.method and tc < 2:
         raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
@@ -433,7 +480,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
             DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, **opts)
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, B4=b4, **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None

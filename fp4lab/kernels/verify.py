@@ -29,6 +29,7 @@ class Case:
     rows: int
     cols: int
     seed: int
+    dtype: str = "fp32"  # kernel input dtype: fp32, or bf16 (inputs rounded to bf16 first)
 
     @property
     def elements(self) -> int:
@@ -36,7 +37,7 @@ class Case:
 
     def label(self) -> str:
         return (f"{self.fmt} {self.rounding} rht={self.rht} axis={self.axis} {self.kind} "
-                f"{self.rows}x{self.cols} seed={self.seed}")
+                f"{self.rows}x{self.cols} seed={self.seed} {self.dtype}")
 
 
 @dataclass
@@ -88,18 +89,22 @@ def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None
         for rounding in roundings:
             for rht in rht_sizes:
                 for kind in KINDS:
-                    combos.append((name, fmt, rounding, rht, kind, two_d))
+                    combos.append((name, fmt, rounding, rht, kind, two_d, "fp32"))
+                    if rht is None:  # bf16 words along the last axis: the kernels' packed-pair fast path
+                        combos.append((name, fmt, rounding, rht, kind, two_d, "bf16"))
     per = max(elements // max(len(combos), 1), 1)
     cases = []
-    for i, (name, fmt, rounding, rht, kind, two_d) in enumerate(combos):
+    j = 0  # fp32 cases alternate their blocked axis in the pattern last, first, first, last, ...
+    for i, (name, fmt, rounding, rht, kind, two_d, dtype) in enumerate(combos):
         bs = max(fmt.block.shape) if fmt.block is not None else 1
         unit = math.lcm(bs, rht or 1, 64)
-        axis = 0 if (i % 2 and not two_d) else -1
+        axis = 0 if ((j + j // 2) % 2 and not two_d and dtype == "fp32") else -1
+        j += dtype == "fp32"
         cols = max(unit, 1024 if per >= 1 << 20 else 256)
         rows = max(unit, -(-per // cols) // unit * unit or unit)
         if axis == 0:
             rows, cols = cols, rows
-        cases.append(Case(name, rounding, rht, axis, kind, rows, cols, seed + i))
+        cases.append(Case(name, rounding, rht, axis, kind, rows, cols, seed + i, dtype))
     return cases
 
 
@@ -162,6 +167,8 @@ def kernel_fields(case: Case, x: np.ndarray, device: str) -> dict[str, np.ndarra
     from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
 
     xt = torch.from_numpy(x).to(device)
+    if case.dtype == "bf16":
+        xt = xt.to(torch.bfloat16)  # exact: run_case rounded x to bf16 values already
     q = quantize_cuda(xt, get_format(case.fmt), case.rounding, case.seed, case.axis, case.rht, case.seed + 1)
     d = dequantize_cuda(q)
     sc = q.scale_codes
@@ -178,6 +185,10 @@ def kernel_fields(case: Case, x: np.ndarray, device: str) -> dict[str, np.ndarra
 
 def run_case(case: Case, device: str) -> Outcome:
     x = make_input(case.kind, case.rows, case.cols, case.seed)
+    if case.dtype == "bf16":
+        import torch
+
+        x = torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
     with np.errstate(all="ignore"):  # the interpreter evaluates inf/NaN arithmetic with numpy
         got = kernel_fields(case, x, device)
     return compare(case, got, reference_fields(case, x))
