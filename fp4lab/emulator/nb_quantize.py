@@ -33,7 +33,7 @@ from fp4lab.emulator.nb_encode import (
 from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_FUSED, P_NTARGETS
 from fp4lab.emulator.philox import philox4x32_10
 
-CHUNK = 4096  # elements per work item (blocks are never split)
+CHUNK = 16384  # elements per work item (blocks are never split)
 NJP = dict(cache=True, error_model="numpy", parallel=True)
 EXP_MASK = np.uint32(0x7F800000)
 U_MASK32 = np.uint64(0xFFFFFFFF)
