@@ -109,7 +109,7 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     from fp4lab.emulator.blocks import BlockView
     from fp4lab.emulator.rht import rht_scale, rht_signs
     from fp4lab.errors import InputError
-    from fp4lab.kernels.host import check_device, device_array, interpreting, matrix_view
+    from fp4lab.kernels.host import check_device, device_array, interpreting, matrix_view, scratch_f32
     from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
     from fp4lab.kernels.quantize import _tile_shape
 
@@ -129,11 +129,11 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     out_dtype = out_dtype or torch.float32
     out = torch.empty(shape, dtype=torch.int16 if out_dtype == torch.bfloat16 else torch.float32, device=dev)
     signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
-    sc = scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
+    sc = scale_codes if sp.method else device_array(np.zeros(1, np.uint8), dev)  # unread without scales
     if sc.dtype == torch.uint16:
         sc = sc.view(torch.int16)
     two_level = sp.two_level and apply_tensor_scale
-    ts = tensor_scale.reshape(1).to(torch.float32) if two_level else torch.ones(1, dtype=torch.float32, device=dev)
+    ts = tensor_scale.reshape(1).to(torch.float32) if two_level else scratch_f32(dev)  # unread unless two-level
     opts = {} if interpreting() else {"enable_fp_fusion": False}
     if tile is not None and len(tile) > 2 and not interpreting():
         opts["num_warps"] = tile[2]

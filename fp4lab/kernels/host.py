@@ -80,3 +80,9 @@ def device_array(arr: np.ndarray, device: Any) -> Any:
             _TABLES.clear()
         _TABLES[key] = t
     return t
+
+
+def scratch_f32(device: Any) -> Any:
+    """A cached 1-element fp32 tensor (1.0) on ``device`` for kernel arguments that are neither read nor written
+    on the path taken (saves a fill launch per call). Kernels must never write it."""
+    return device_array(np.ones(1, np.float32), device)

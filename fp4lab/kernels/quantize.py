@@ -376,6 +376,24 @@ def _quantize_kernel(
 # host side
 
 
+_TABLE_SETS: dict[tuple, tuple] = {}
+
+
+def _tables(ep, sp, dev) -> tuple:
+    """The kernel's device tables for (cached) element/scale params on ``dev``, built once per triple."""
+    from fp4lab.kernels.host import device_array
+
+    key = (id(ep), id(sp), str(dev))
+    hit = _TABLE_SETS.get(key)
+    if hit is None or hit[0] is not ep or hit[1] is not sp:
+        arrs = (ep.thr, ep.ctab, ep.levels, ep.ctab_signed, ep.inv_gaps, ep.values, sp.targets, sp.inv_targets,
+                sp.stab, sp.scpos, sp.svals)
+        if len(_TABLE_SETS) > 256:
+            _TABLE_SETS.clear()
+        hit = _TABLE_SETS[key] = (ep, sp, tuple(device_array(a, dev) for a in arrs))
+    return hit[2]
+
+
 def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_d: bool) -> tuple[int, int]:
     """(BM, BK): powers of two, BK a multiple of the block width and the RHT size, BM of the tile height."""
     per_prog = 1 << 16 if interp else 1 << 12
@@ -401,7 +419,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     from fp4lab.emulator.ref_quantize import check_rounding
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
-    from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view
+    from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view, scratch_f32
     from fp4lab.kernels.params import block_extents, element_params, scale_params
 
     mode = check_rounding(rounding, fmt)
@@ -433,7 +451,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     opts = {"enable_fp_fusion": False} if not interp else {}
     if tile is not None and len(tile) > 2 and not interp:
         opts["num_warps"] = tile[2]
-    amax_buf = torch.zeros(1, dtype=f32, device=dev)
+    amax_buf = ts_out = scratch_f32(dev)  # read-only / unwritten unless two-level: no fill launches per call
     if sp.two_level:
         if tensor_amax is not None:
             amax_buf = tensor_amax.reshape(1).to(f32)
@@ -447,7 +465,8 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
     scodes = torch.empty(sshape, dtype=sdtype, device=dev)
     scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
-    ts_out = torch.ones(1, dtype=f32, device=dev)
+    if sp.two_level:  # the kernel's first program stores the tensor scale
+        ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
     fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
     words = in_kind == 1 and inner1 and mv.K % 2 == 0
     b4 = bool(words and sp.method and not two_d and rht_n == 0 and tc >= 8 and mv.K % tc == 0)
@@ -462,13 +481,10 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     n_lvl, l_lvl = n_log(ep.levels)
     n_stab, l_stab = n_log(sp.stab)
     if mv.M * mv.K:
+        thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = _tables(ep, sp, dev)
         _quantize_kernel[grid](
-            xk, codes, scodes, scales, amax_buf, ts_out,
-            device_array(ep.thr, dev), device_array(ep.ctab, dev), ep.half, device_array(ep.levels, dev),
-            device_array(ep.ctab_signed, dev), device_array(ep.inv_gaps, dev), device_array(ep.values, dev),
-            ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
-            device_array(sp.targets, dev), device_array(sp.inv_targets, dev), device_array(sp.stab, dev),
-            device_array(sp.scpos, dev), device_array(sp.svals, dev),
+            xk, codes, scodes, scales, amax_buf, ts_out, thr, ctab, ep.half, lvl, sctab, igap, vals,
+            ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg, tg, itg, stab, scpos, svals,
             sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
             signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, WORDS=words, PACK=packed,
