@@ -396,7 +396,9 @@ def test_two_level_reconstruction_bound(data, name):
     bs = fmt.block.shape
     blocks = x.reshape(x.shape[0] // bs[0], bs[0], -1, bs[-1]) if len(bs) == 2 else x.reshape(-1, bs[0])
     t_amax = float(np.abs(x).max())
-    assume(t_amax > 0)
+    # the tensor scale amax/(6*smax) must not underflow: its fallback ts = 1 puts the block scales below the E4M3
+    # range, the zero-scale case the policy tests cover
+    assume(t_amax > 2.0**-100)
     qt = fp4lab.quantize(x, fmt)
     deq = np.asarray(fp4lab.dequantize(qt), np.float64)
     S = np.asarray(qt.scales, np.float64)
