@@ -14,6 +14,8 @@ Sign j (j = 0..n-1) is -1 iff bit 31 of word (j % 4) of ``tl.randint4x(seed, j /
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -45,7 +47,11 @@ def hadamard_matrix(size: int) -> np.ndarray:
 
 def rht_signs(size: int, seed: int = 0) -> np.ndarray:
     """float32 +-1 vector of length size: entry j is -1 iff bit 31 of word j % 4 of randint4x(seed, j // 4) is set."""
-    n = _check_size(size)
+    return _rht_signs_cached(_check_size(size), int(seed)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _rht_signs_cached(n: int, seed: int) -> np.ndarray:
     words = philox4x32_reference(seed, np.arange(n // 4, dtype=np.uint64)).T.reshape(-1)
     return np.where(words >> np.uint32(31), np.float32(-1.0), np.float32(1.0)).astype(np.float32)
 

@@ -403,7 +403,7 @@ def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_
 
 
 def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
-                    tensor_amax=None, store_scales=True, swizzle=False, tile=None):
+                    tensor_amax=None, store_scales=True, swizzle=False, tile=None, quad_layout=False):
     """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
 
     Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
@@ -411,7 +411,9 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
     ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
     scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
-    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]).
+    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]). ``quad_layout`` holds bf16 rows without RHT
+    as [rows, quads, blocks, lanes] int32 words instead of the default 2-D tile (same bits; measured slower on the
+    H200 because each warp load then spans 16 rows, so it is off by default and kept for tuning).
     """
     import torch
 
@@ -469,7 +471,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
         ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
     fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
     words = in_kind == 1 and inner1 and mv.K % 2 == 0
-    b4 = bool(words and sp.method and not two_d and rht_n == 0 and tc >= 8 and mv.K % tc == 0)
+    b4 = bool(quad_layout and words and sp.method and not two_d and rht_n == 0 and tc >= 8 and mv.K % tc == 0)
     xk = xin.view(torch.int32) if words else xin
     if sp.method and tc < 2:
         raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
