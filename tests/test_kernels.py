@@ -213,6 +213,9 @@ def test_swizzle_128x4_layout():
     tiles = z.reshape(2, 2, 32, 4, 4)
     for r, c in ((0, 0), (37, 5), (129, 1), (100, 3)):
         assert int(tiles[r // 128, c // 4, r % 32, (r % 128) // 32, c % 4]) == int(s[r, c])
+    from fp4lab.emulator.swizzle import swizzle_scales
+
+    assert np.array_equal(z.numpy(), swizzle_scales(s.numpy()))  # the torch and numpy layouts agree
     from fp4lab.kernels.quantize import quantize_triton
 
     x = torch.from_numpy(make_input("random", 256, 256, seed=2))
