@@ -157,6 +157,11 @@ def test_dequantize_fp32_bf16_and_inverse_rht(name):
                 got_p = dequantize_triton(packed, qt.scale_codes, qt.tensor_scale, fmt, qt.axis, rht=rht,
                                           rht_seed=2, packed=True)
             assert np.array_equal(_bits(got_p.numpy()), _bits(dequantize_reference(ref)))
+            with np.errstate(all="ignore"):  # packed codes to bf16 words: the lean path
+                got_pb = dequantize_triton(packed, qt.scale_codes, qt.tensor_scale, fmt, qt.axis, rht=rht,
+                                           rht_seed=2, rotated=True, packed=True, out_dtype=torch.bfloat16)
+            assert torch.equal(got_pb.float().isnan(), nan)
+            assert torch.equal(got_pb.view(torch.int16)[~nan], want_bf.view(torch.int16)[~nan])
 
 
 def test_rht_matches_reference():

@@ -26,14 +26,31 @@ def bf16_bits_rtne(v):
 
 
 @triton.jit
-def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, signs_ptr, rscale, M, K, K2, INNER,
+def _bf16_pair_rtne(ve, vo):
+    """int32 word ``bf16(ve) | bf16(vo) << 16``, both rounded to nearest-even on their bit patterns; valid for
+    finite and infinite inputs only (a NaN would carry into the sign)."""
+    be = bits_of(ve)
+    bo = bits_of(vo)
+    re = be + 0x7FFF + ((be >> 16) & 1)
+    ro = bo + 0x7FFF + ((bo >> 16) & 1)
+    return ((re >> 16) & 0xFFFF) | (ro & -65536)
+
+
+@triton.jit
+def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, svals_ptr, signs_ptr, rscale, M, K, K2, INNER,
                        BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
                        TWO_D: tl.constexpr, INNER1: tl.constexpr, PACKED: tl.constexpr, WORDS: tl.constexpr,
                        SCALED: tl.constexpr, TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr,
                        SNAN: tl.constexpr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
-                       EBIAS: tl.constexpr, STEP: tl.constexpr, RHT_N: tl.constexpr, OUT_BF16: tl.constexpr):
+                       EBIAS: tl.constexpr, STEP: tl.constexpr, RHT_N: tl.constexpr, OUT_BF16: tl.constexpr,
+                       LEAN: tl.constexpr, EXACT: tl.constexpr, INTERP: tl.constexpr):
     """Tile held as even/odd column halves (as in quantize): packed bytes split into two codes elementwise,
-    bf16 pairs written as one int32 word (WORDS)."""
+    bf16 pairs written as one int32 word (WORDS).
+
+    LEAN (packed codes, 1-D blocks on the last axis, bf16 words, no RHT): element values come from the 16-entry
+    value table (one cached gather per element), and when no block of the tile has a NaN/Inf scale (nor the
+    tensor scale), the bf16 words are built without NaN handling: by truncation when every value x scale product
+    is exact in bf16 (EXACT, host-checked), else by the integer RTNE formula. Same bits as the general path."""
     C2: tl.constexpr = BK // 2
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -50,6 +67,47 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, vals_ptr, svals_ptr, 
     me = rmask & (ce < K)[None, :]
     mo = rmask & (ce + 1 < K)[None, :]
     mw = rmask & (kw < K2)[None, :]  # == me for even K (PACKED, WORDS); keeps the word accesses vectorized
+    if LEAN:
+        p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0).to(tl.int32)
+        if GKIND == 2:
+            ve = tl.load(vals_ptr + (p & 15))
+            vo = tl.load(vals_ptr + (p >> 4))
+        else:
+            ve = decode_elements(p & 15, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+            vo = decode_elements(p >> 4, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+        if SCALED:
+            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
+            sc = tl.load(sc_ptr + rows[:, None] * (K // TC) + scols[None, :], mask=rmask & (scols < K // TC)[None, :],
+                         other=0).to(tl.int32)
+            if SKIND == 3:
+                sc = sc & 0xFFFF
+            S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+            special = tl.max(tl.max(((bits_of(S) & 0x7F800000) == 0x7F800000).to(tl.int32), axis=1), axis=0)
+            ve = tl.reshape(_blocks(ve, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
+            vo = tl.reshape(_blocks(vo, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
+            if TWO_LEVEL:
+                ts = tl.load(ts_ptr)
+                special = special | ((bits_of(ts) & 0x7F800000) == 0x7F800000).to(tl.int32)
+                ve = ve * ts
+                vo = vo * ts
+        else:
+            special = 0
+        if not INTERP:
+            # hardware cvt.rn.bf16x2.f32: IEEE round-to-nearest-even, the same bits as the integer formula
+            # below (the interpreter's bf16 cast truncates, so it takes the formula)
+            word = tl.reshape(tl.join(ve, vo).to(tl.bfloat16), [BM, BK]).to(tl.int16, bitcast=True)
+        elif EXACT:
+            word = ((bits_of(ve) >> 16) & 0xFFFF) | (bits_of(vo) & -65536)  # a NaN stays a NaN
+        elif special == 0:
+            word = _bf16_pair_rtne(ve, vo)
+        else:
+            word = bf16_bits_rtne(ve) | (bf16_bits_rtne(vo) << 16)
+        if INTERP:
+            tl.store(out_ptr + rows[:, None] * K2 + kw[None, :], word, mask=mw)
+        else:
+            cols = pid_k * BK + tl.arange(0, BK)
+            tl.store(out16_ptr + rows[:, None] * K + cols[None, :], word, mask=rmask & (cols < K)[None, :])
+        return
     if PACKED:
         p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0).to(tl.int32)
         code_e = p & 15
@@ -110,7 +168,8 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     from fp4lab.emulator.rht import rht_scale, rht_signs
     from fp4lab.errors import InputError
     from fp4lab.kernels.host import check_device, device_array, interpreting, matrix_view, scratch_f32
-    from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
+    from fp4lab.kernels.params import (block_extents, element_decode_kind, element_params, scale_params,
+                                       scaled_values_bf16_exact)
     from fp4lab.kernels.quantize import _tile_shape
 
     check_device(codes, "dequantize")
@@ -140,13 +199,17 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     bf16 = out_dtype == torch.bfloat16
     words = bf16 and mv.inner == 1 and mv.K % 2 == 0
     gk, eb, mb, ebias, step = element_decode_kind(fmt)
+    lean = bool(packed and words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
+                and np.all(np.isfinite(ep.values)))
+    exact = lean and not two_level and scaled_values_bf16_exact(fmt)
     if mv.M * mv.K:
         grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
         _dequantize_kernel[grid](
-            codes, sc, ts, out.view(torch.int32) if words else out, device_array(ep.values, dev),
+            codes, sc, ts, out.view(torch.int32) if words else out, out, device_array(ep.values, dev),
             device_array(sp.svals, dev), signs, float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.K // 2,
             mv.inner,
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,
             SCALED=sp.method != 0, TWO_LEVEL=two_level, SKIND=sp.skind, SBIAS=sp.sbias, SNAN=sp.snan,
-            GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, **opts)
+            GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, LEAN=lean, EXACT=exact, INTERP=interpreting(),
+            **opts)
     return out.view(torch.bfloat16) if out_dtype == torch.bfloat16 else out

@@ -90,27 +90,15 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=mm[:, None] & mn[None, :])
 
 
-def _bf16_exact(v: np.ndarray) -> bool:
-    v = np.asarray(v, dtype=np.float32)
-    v = v[np.isfinite(v)]
-    return bool(np.all((v.view(np.uint32) & 0xFFFF) == 0))
-
-
 def gemm_plan(fmt) -> str:
     """'fold', 'perblock' or 'none' (exact mode unavailable): see the module docstring."""
-    vals = fmt.element.values.astype(np.float32)
-    if not _bf16_exact(vals):
-        return "none"
-    if fmt.scale_rule.method == "none":
-        return "fold"
-    if fmt.scale.kind in ("pow2", "float"):
-        from fp4lab.kernels.params import scale_params
+    from fp4lab.kernels.params import bf16_exact, scaled_values_bf16_exact
 
-        sv = scale_params(fmt).svals
-        prod = (vals[:, None].astype(np.float64) * sv[None, :].astype(np.float64))
-        prod = prod[np.isfinite(prod) & (np.abs(prod) < 3e38)]
-        if _bf16_exact(prod.astype(np.float32)) and np.array_equal(prod.astype(np.float32), prod):
-            return "fold"
+    vals = fmt.element.values.astype(np.float32)
+    if not bf16_exact(vals):
+        return "none"
+    if scaled_values_bf16_exact(fmt):
+        return "fold"
     fin = vals[np.isfinite(vals)].astype(np.float64)
     q = next((2.0 ** e for e in range(7, -25, -1) if np.all(np.mod(fin, 2.0 ** e) == 0)), None)
     if q is None or fmt.block.is_2d:

@@ -77,17 +77,24 @@ def _u32(a: np.ndarray) -> np.ndarray:
 
 def fbits_det(t: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
     """Magnitude code of RTNE(|t|) on an ExMy grid (m mantissa bits, smallest normal 2^emin), saturated at cmax,
-    as the kernel computes it: below 2^emin, the fp32 sum |t| + 2^(emin - m + 23) rounds (RTNE) to the grid
-    spacing and its bits minus the constant's bits count grid steps; from 2^emin on, integer RTNE of the fp32 bits
-    to m mantissa bits (carry into the exponent) minus the code offset of the binade 2^emin."""
+    as the kernel computes it. With u = 2^(emin - m) (the finest spacing) and B = 2^(emin - m + 23) (an fp32
+    whose ulp is u), each binade j = 0 .. nb - 2 of spacing u * 2^j (j = 0 also covers the subnormals) gives a
+    candidate: the fp32 sum |t| * 2^-j + (B + j * 2^m * u) rounds (RTNE, once: the product is exact) to a whole
+    number of u, and its bits minus B's are the code that rounding |t| at that binade's spacing gives. Every
+    candidate is >= the true code and the one of |t|'s own binade equals it, so the code is their minimum; the
+    last candidate uses min(|t|, largest level), which saturates."""
     a = np.abs(np.asarray(t, F32))
+    u = 2.0 ** (emin - m)
     big = F32(2.0 ** (emin - m + 23))
+    nb = (cmax + 1) >> m
+    vmax = F32(2.0 ** (emin + nb - 2) * (2.0 - 2.0 ** -m))
+    code = None
     with np.errstate(invalid="ignore", over="ignore"):
-        c_sub = _u32(a + big) - _u32(big)
-    b = _u32(a)
-    s = 23 - m
-    c_nrm = ((b + (1 << (s - 1)) - 1 + ((b >> s) & 1)) >> s) - ((127 + emin - 1) << m)
-    return np.minimum(np.where(a < F32(2.0 ** emin), c_sub, c_nrm), cmax)
+        for j in range(nb - 1):
+            aj = np.minimum(a, vmax) if j == nb - 2 else a
+            c = _u32((aj * F32(2.0 ** -j)).astype(F32) + F32(big + j * (1 << m) * u))
+            code = c if code is None else np.minimum(code, c)
+    return code - _u32(big)
 
 
 def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
@@ -338,6 +345,29 @@ def block_extents(fmt: QuantFormat) -> tuple[int, int]:
             raise InputError(f"kernels: format '{fmt.name}' block extent {e} is not a power of two; "
                              "the Triton kernels need power-of-two blocks (use the CPU emulator)")
     return tr, tc
+
+
+def bf16_exact(v: np.ndarray) -> bool:
+    """True when every finite float32 value of ``v`` is exactly a bf16 (low 16 bits zero)."""
+    v = np.asarray(v, dtype=F32)
+    v = v[np.isfinite(v)]
+    return bool(np.all((v.view(np.uint32) & 0xFFFF) == 0))
+
+
+def scaled_values_bf16_exact(fmt: QuantFormat) -> bool:
+    """True when every product value[code] * S of an element value and a decodable block scale is exact in
+    fp32 and in bf16 (so dequantized bf16 needs no rounding and a bf16 MMA sees exact operands), e.g. MXFP4,
+    NVFP4 without its tensor scale. Formats without block scales: the values themselves."""
+    vals = fmt.element.values.astype(F32)
+    if not bf16_exact(vals):
+        return False
+    if fmt.scale_rule.method == "none":
+        return True
+    if fmt.scale.kind not in ("pow2", "float"):
+        return False
+    prod = vals[:, None].astype(np.float64) * scale_params(fmt).svals[None, :].astype(np.float64)
+    prod = prod[np.isfinite(prod) & (np.abs(prod) < 3e38)]
+    return bf16_exact(prod.astype(F32)) and bool(np.array_equal(prod.astype(F32), prod))
 
 
 def element_decode_kind(fmt: QuantFormat) -> tuple[int, int, int, int, float]:

@@ -76,7 +76,7 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
             N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
             PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr,
-            POW2_GAPS: tl.constexpr, FB: tl.constexpr):
+            POW2_GAPS: tl.constexpr, FB: tl.constexpr, NAN_T: tl.constexpr):
     if FB & 1:
         if SR:
             code = encode_fbits_sr(t, rnd, FB, SIGN_OR, SZ_POS)
@@ -86,13 +86,15 @@ def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_c
         code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, igap_ptr, N_LVL, L_LVL, PATH, SIGN_OR, SZ_POS, POW2_GAPS)
     else:
         code = encode_det(t, thr_ptr, ctab_ptr, half, N_THR, L_THR, PATH, SIGN_OR, SZ_POS)
-    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF)
+    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF, NAN_T)
 
 
 @triton.jit
 def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
-                    DIV_POW2: tl.constexpr, ENCODE: tl.constexpr):
-    """fp32 scaled elements t of blocks xb with decoded block scales S (see ref_quantize.scale_elements)."""
+                    DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, LEAN: tl.constexpr):
+    """fp32 scaled elements t of blocks xb with decoded block scales S (see ref_quantize.scale_elements).
+    LEAN: the tile is known to hold finite x only and normal finite S with finite reciprocals (see
+    _tile_is_plain), so the zero-scale and 0 * Inf corrections are no-ops and are left out."""
     one = tl.full(S.shape, 1.0, tl.float32)
     if ENCODE:
         if TWO_LEVEL:
@@ -109,31 +111,63 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDI
             den = S
         t = tl.div_rn(xb, tl.broadcast_to(_expand(den, TWO_D), xb.shape))
     else:
-        if TWO_LEVEL:
-            r = tl.div_rn(tl.div_rn(one, one * ts), S)
+        re = _expand(_reciprocal(S, ts, TWO_LEVEL), TWO_D)
+        if LEAN:
+            t = xb * re
         else:
-            r = tl.div_rn(one, S)
-        re = _expand(r, TWO_D)
-        t = tl.where((xb == 0.0) & (tl.abs(re) == float("inf")), xb, xb * re)  # 0 * inf (1/S overflowed) stays 0
-    if not ENCODE:
+            t = tl.where((xb == 0.0) & (tl.abs(re) == float("inf")), xb, xb * re)  # 0 * inf (1/S overflowed) stays 0
+    if not (ENCODE or LEAN):
         t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
     return t
 
 
 @triton.jit
-def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, inv_target,
-               thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-               stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-               N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
-               N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-               TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr,
-               SR: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
-               EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
-               SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
-               HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
-               EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-               POW2_GAPS: tl.constexpr, FB: tl.constexpr):
-    """(even-half codes, odd-half codes, scale codes, decoded scales) of the blocks for one amax target."""
+def _grid_residual(t, FB: tl.constexpr):
+    """|t| minus |t| rounded to a one-spacing ExMy grid (FB as in encode_fbits_det; exact, same sum as the
+    encoder so it is computed once). |residual| >= half the spacing minus 2^(emin - 20) (>= 4 ulps of any |t|
+    below 2^(emin + 1)) marks an element near a rounding boundary, or above the largest level."""
+    FB_M: tl.constexpr = (FB >> 1) & 15
+    FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
+    FB_CMAX: tl.constexpr = (FB >> 13) & 255
+    NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
+    BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
+    VMAX: tl.constexpr = 2.0 ** (FB_EMIN + NB - 2) * (2.0 - 2.0 ** -FB_M)
+    a = tl.abs(t)
+    return a - ((tl.minimum(a, VMAX) + BIG) - BIG)
+
+
+@triton.jit
+def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
+    """Per-block multiplier of the reciprocal element scaling: 1/S, or (1/ts)/S for two-level formats."""
+    one = tl.full(S.shape, 1.0, tl.float32)
+    if TWO_LEVEL:
+        return tl.div_rn(tl.div_rn(one, one * ts), S)
+    else:
+        return tl.div_rn(one, S)
+
+
+@triton.jit
+def _tile_is_plain(has_inf, has_nan, S, ts, ENCODE: tl.constexpr, EDIV: tl.constexpr, DIV_POW2: tl.constexpr,
+                   TWO_LEVEL: tl.constexpr):
+    """Scalar: True when every block of the tile has finite inputs and a normal finite scale whose element
+    multiplier is finite, so the lean encoding (no NaN/zero-scale/0 * Inf corrections) gives the same bits."""
+    eb = bits_of(S) & 0x7F800000
+    bad = has_inf | has_nan | (eb == 0) | (eb == 0x7F800000)
+    if not (ENCODE or EDIV or DIV_POW2):
+        bad = bad | ((bits_of(_reciprocal(S, ts, TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
+    return tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) == 0
+
+
+@triton.jit
+def _block_scales(amax, zero, has_inf, has_nan, ts, g, target, inv_target,
+                  stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
+                  N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
+                  METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
+                  EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
+                  SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
+                  HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
+                  ENCODE: tl.constexpr):
+    """(scale codes, decoded scales) of the blocks for one amax target, block policies applied."""
     sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, N_STAB, L_STAB,
                            N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
                            HAS_MIN, HAS_MAX, STRICT, SMAXV, ENCODE)
@@ -141,14 +175,41 @@ def _candidate(eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, target, in
         sc = tl.where(zero, zero_code, sc)
     sc = tl.where(has_inf, inf_code, sc)
     sc = tl.where(has_nan, snan_code, sc)
-    S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
-    te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
-    to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE)
+    return sc, decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+
+
+@triton.jit
+def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr,
+                   ovf_nan, inf_pos, inf_neg, N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr,
+                   L_LVL: tl.constexpr, TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr,
+                   OVF: tl.constexpr, SR: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
+                   DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr,
+                   FB: tl.constexpr, LEAN: tl.constexpr):
+    """(even-half codes, odd-half codes) of the blocks with decoded scales S; LEAN as in _scale_elements (t is
+    then never NaN, so the NaN element policy is left out too)."""
+    NB: tl.constexpr = (((FB >> 13) & 255) + 1) >> ((FB >> 1) & 15)
+    if LEAN and EDIV and (FB & 1) and NB == 2 and not SR:
+        # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
+        # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly
+        if TWO_LEVEL:
+            den = S * ts
+        else:
+            den = S
+        r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
+        te = eb * r
+        to = ob * r
+        HALF_TOL: tl.constexpr = 2.0 ** ((((FB >> 5) & 255) - 128) - ((FB >> 1) & 15) - 1) - 2.0 ** ((((FB >> 5) & 255) - 128) - 20)
+        if tl.max(tl.maximum(tl.abs(_grid_residual(te, FB)), tl.abs(_grid_residual(to, FB)))) >= HALF_TOL:
+            te = tl.div_rn(eb, tl.broadcast_to(_expand(den, TWO_D), eb.shape))
+            to = tl.div_rn(ob, tl.broadcast_to(_expand(den, TWO_D), ob.shape))
+    else:
+        te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE, LEAN)
+        to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE, LEAN)
     ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, not LEAN)
     co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
-    return ce, co, sc, S
+                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, not LEAN)
+    return ce, co
 
 
 @triton.jit
@@ -269,9 +330,9 @@ def _quantize_kernel(
             ro = addr_o
     if METHOD == 0:
         code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
         code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB)
+                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
     else:
         ts = 1.0
         g = 1.0
@@ -312,24 +373,32 @@ def _quantize_kernel(
             has_nan = amax != amax
             has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), R4) > 0
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
-        best_e, best_o, best_sc, best_S = _candidate(
-            eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr),
-            thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-            stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-            N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, R4, PATH, SIGN_OR, OVF, SR, METHOD,
-            EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
-            SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB)
+        best_sc, best_S = _block_scales(
+            amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab_ptr, scpos_ptr, svals_ptr,
+            min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX,
+            SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, ENCODE)
+        if N_TG == 1 and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL):
+            best_e, best_o = _encode_blocks(
+                eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
+                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
+                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, True)
+        else:
+            best_e, best_o = _encode_blocks(
+                eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
+                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
+                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False)
         if N_TG > 1:
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
             for ti in tl.static_range(1, N_TG):
-                c_e, c_o, sc, S = _candidate(
-                    eb, ob, reb, rob, amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti),
-                    tl.load(itg_ptr + ti), thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr,
-                    ovf_nan, inf_pos, inf_neg, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code,
-                    inf_code, snan_code, N_THR, L_THR, N_LVL, L_LVL, N_STAB, L_STAB, N_SCPOS, R4, PATH,
-                    SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV,
-                    TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS,
-                    FB)
+                sc, S = _block_scales(
+                    amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti), stab_ptr,
+                    scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS,
+                    METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX,
+                    STRICT, SMAXV, HAS_ZB, ENCODE)
+                c_e, c_o = _encode_blocks(
+                    eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
+                    ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
+                    TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
                 take = err < best_err
                 best_e = tl.where(_expand(take, R4), c_e, best_e)

@@ -147,22 +147,30 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL
 
 @triton.jit
 def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
-    """RTNE codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (params.fbits_det is the numpy twin):
-    magnitude code | sign * SIGN_OR. NaN/overflow policies are applied by the caller. FB = params.fbits_key."""
+    """RTNE codes of fp32 ``t`` on an ExMy float grid, the minimum over binades of magic-number roundings
+    (params.fbits_det is the numpy twin and states the argument): magnitude code | sign * SIGN_OR. NaN/overflow
+    policies are applied by the caller. FB = params.fbits_key. ``tl.fma`` is safe in the interpreter here: its
+    product is exact (a power-of-two multiple), so one rounding equals the interpreter's two."""
     FB_M: tl.constexpr = (FB >> 1) & 15
     FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
     FB_CMAX: tl.constexpr = (FB >> 13) & 255
+    NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
+    U: tl.constexpr = 2.0 ** (FB_EMIN - FB_M)
+    BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
+    VMAX: tl.constexpr = 2.0 ** (FB_EMIN + NB - 2) * (2.0 - 2.0 ** -FB_M)
     a = tl.abs(t)
-    big: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
-    c_sub = bits_of(a + big) - bits_of(tl.full(t.shape, big, tl.float32))
-    if FB_CMAX < (1 << (FB_M + 1)):
-        c = c_sub  # a single binade above the subnormals: the whole grid has one spacing
+    if NB == 2:
+        c = bits_of(tl.minimum(a, VMAX) + BIG)
     else:
-        b = bits_of(a)
-        S: tl.constexpr = 23 - FB_M
-        c_nrm = ((b + ((1 << (S - 1)) - 1) + ((b >> S) & 1)) >> S) - ((127 + FB_EMIN - 1) << FB_M)
-        c = tl.where(a < 2.0 ** FB_EMIN, c_sub, c_nrm)
-    return tl.minimum(c, FB_CMAX) | (negative(t, SZ_POS) * SIGN_OR)
+        c = bits_of(a + BIG)
+        for j in tl.static_range(1, NB - 1):
+            if j == NB - 2:
+                aj = tl.minimum(a, VMAX)
+            else:
+                aj = a
+            c = tl.minimum(c, bits_of(tl.fma(aj, 2.0 ** -j, BIG + j * (1 << FB_M) * U)))
+    code = c - bits_of(tl.full(t.shape, BIG, tl.float32))
+    return code | (negative(t, SZ_POS) * SIGN_OR)
 
 
 @triton.jit
@@ -196,12 +204,16 @@ def encode_fbits_sr(t, rand24, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: 
 
 
 @triton.jit
-def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF: tl.constexpr):
+def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF: tl.constexpr, NAN_T: tl.constexpr):
+    """Overflow policy (OVF 1: NaN code, 2: signed Inf codes at |t| >= ovf_thr) and, when NAN_T (t may be NaN),
+    the NaN element code."""
     if OVF == 1:
         code = tl.where(tl.abs(t) >= ovf_thr, ovf_nan, code)
     elif OVF == 2:
         code = tl.where(tl.abs(t) >= ovf_thr, tl.where(sign_bit(t) == 1, inf_neg, inf_pos), code)
-    return tl.where(t != t, nan_code, code)
+    if NAN_T:
+        code = tl.where(t != t, nan_code, code)
+    return code
 
 
 @triton.jit
