@@ -79,6 +79,28 @@ def test_quantize_bf16_words_path_all_formats(name):
             assert np.array_equal(quad[1].numpy().view(ref.scale_codes.dtype), ref.scale_codes)
 
 
+@pytest.mark.parametrize("name", ["ufp4", "ufp4-e4m3"])
+def test_division_by_reciprocal_falls_back_near_boundaries(name):
+    """Uniform grids with x / S scaling compute x * fl(1/S) and divide exactly only in tiles holding an element
+    within a few ulps of a rounding boundary. Rows whose x / S sits on and 1-3 ulps around every boundary (S not
+    a power of two) take the fallback; smooth random rows do not; all must match the reference."""
+    fmt = fp4lab.get_format(name)
+    rng = np.random.default_rng(4)
+    rows = []
+    for r in range(32):
+        s = np.float32(rng.uniform(0.3, 3.0))
+        mids = np.float32(0.125) * (2 * np.arange(7, dtype=np.float32) + 1)
+        v = (mids * s).astype(np.float32)
+        for k in range(r % 4):
+            v = np.nextafter(v, np.float32(np.inf) if r % 2 else np.float32(0)).astype(np.float32)
+        row = np.concatenate([[np.float32(1.75) * s], v, rng.uniform(-s, s, 8).astype(np.float32)])
+        rows.append(np.tile(row, 8))
+    x = np.concatenate([np.stack(rows), make_input("random", 32, 128, seed=12)]).astype(np.float32)
+    for xt in (torch.from_numpy(x), torch.from_numpy(x).to(torch.bfloat16)):
+        xf = xt.to(torch.float32).numpy()
+        assert_same(quantize_cuda(xt, fmt, "rtne"), quantize_reference(xf, fmt, "rtne"))
+
+
 @pytest.mark.parametrize("mode", ["rtna", "rtnz", "rtz"])
 def test_other_rounding_modes(mode):
     for name in ("nvfp4", "int4-b32-e8m0", "nf4-b64-fp32"):
