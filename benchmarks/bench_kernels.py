@@ -81,7 +81,7 @@ def bench_quantize(res: dict, quick: bool) -> None:
     x = torch.randn(ROWS, COLS, device="cuda", dtype=torch.bfloat16)
     n = x.numel()
     copy_ms = res["copy"]["ms"]
-    configs = [(8, 512, 4), (16, 256, 4), (4, 1024, 4)]
+    configs = [(16, 256, 4), (32, 256, 4), (16, 512, 4), (32, 256, 8), (64, 256, 8)]
     if quick:
         configs = configs[:2]
     amax = x.float().abs().max().reshape(1)
@@ -162,7 +162,7 @@ def bench_dequantize(res: dict) -> None:
         codes, sc, _, ts, _, _ = quantize_triton(x, fmt, packed=True)
         nbytes = n // 2 + scale_bytes(fmt, n) + 2 * n
         best = None
-        for cfg in ((16, 512, 4), (8, 1024, 4), (32, 256, 4)):
+        for cfg in ((16, 512, 4), (32, 256, 4), (32, 512, 4), (64, 256, 8), (32, 512, 8)):
             ms = t_ms(lambda: dequantize_triton(codes, sc, ts, fmt, 1, packed=True, out_dtype=torch.bfloat16,
                                                 tile=cfg), rep=50)
             if best is None or ms < best[0]:
@@ -186,7 +186,7 @@ def bench_gemm(res: dict, quick: bool) -> None:
     g["cublas_bf16"] = {"ms": ms, "TFLOPs": flop / ms / 1e9}
     print("cublas", g["cublas_bf16"], flush=True)
     cub = g["cublas_bf16"]["TFLOPs"]
-    tiles = [(128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 128, 8, 4)]
+    tiles = [(128, 256, 64, 8, 3), (128, 256, 128, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4)]
     if quick:
         tiles = tiles[:2]
     for name in ("mxfp4", "nvfp4", "ufp4"):
@@ -194,6 +194,12 @@ def bench_gemm(res: dict, quick: bool) -> None:
         qa, qb = quantize_cuda(a, fmt), quantize_cuda(b, fmt)
         ms = t_ms(lambda: gemm_triton(qa, qb, "fast"))
         g[f"{name}/fast"] = {"ms": ms, "TFLOPs": flop / ms / 1e9, "vs_cublas": flop / ms / 1e9 / cub}
+        # where the time goes: dequantizing both operands, and cuBLAS on the dequantized (4-bit valued) bf16
+        deq = lambda q: dequantize_triton(q.codes, q.scale_codes, None, fmt, 1, rotated=True,
+                                          out_dtype=torch.bfloat16, apply_tensor_scale=False)
+        da, db = deq(qa), deq(qb)
+        g[f"{name}/fast"]["dequantize_both_ms"] = t_ms(lambda: (deq(qa), deq(qb)), rep=50)
+        g[f"{name}/fast"]["cublas_on_dequantized_ms"] = t_ms(lambda: torch.mm(da, db.t()))
         print(name, "fast", g[f"{name}/fast"], flush=True)
         best = None
         for tile in tiles:

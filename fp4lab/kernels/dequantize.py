@@ -47,8 +47,9 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     """Tile held as even/odd column halves (as in quantize): packed bytes split into two codes elementwise,
     bf16 pairs written as one int32 word (WORDS).
 
-    LEAN (packed codes, 1-D blocks on the last axis, bf16 words, no RHT): element values come from the 16-entry
-    value table (one cached gather per element), and when no block of the tile has a NaN/Inf scale (nor the
+    LEAN (1-D blocks on the last axis, even K, bf16 output, no RHT; codes packed or read as int16 pairs): element
+    values are decoded in registers (value table gather for table grids); on the GPU the bf16 words come from the
+    hardware conversion; in the interpreter, when no block of the tile has a NaN/Inf scale (nor the
     tensor scale), the bf16 words are built without NaN handling: by truncation when every value x scale product
     is exact in bf16 (EXACT, host-checked), else by the integer RTNE formula. Same bits as the general path."""
     C2: tl.constexpr = BK // 2
@@ -69,12 +70,18 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     mw = rmask & (kw < K2)[None, :]  # == me for even K (PACKED, WORDS); keeps the word accesses vectorized
     if LEAN:
         p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0).to(tl.int32)
+        if PACKED:  # one byte per pair: even code in the low nibble
+            code_e = p & 15
+            code_o = (p >> 4) & 15
+        else:  # unpacked codes read as int16 pairs: even code in the low byte
+            code_e = p & 255
+            code_o = (p >> 8) & 255
         if GKIND == 2:
-            ve = tl.load(vals_ptr + (p & 15))
-            vo = tl.load(vals_ptr + (p >> 4))
+            ve = tl.load(vals_ptr + code_e)
+            vo = tl.load(vals_ptr + code_o)
         else:
-            ve = decode_elements(p & 15, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-            vo = decode_elements(p >> 4, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+            ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+            vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
         if SCALED:
             scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
             sc = tl.load(sc_ptr + rows[:, None] * (K // TC) + scols[None, :], mask=rmask & (scols < K // TC)[None, :],
@@ -199,13 +206,14 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     bf16 = out_dtype == torch.bfloat16
     words = bf16 and mv.inner == 1 and mv.K % 2 == 0
     gk, eb, mb, ebias, step = element_decode_kind(fmt)
-    lean = bool(packed and words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
+    lean = bool(words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
                 and np.all(np.isfinite(ep.values)))
+    codes_in = codes if (packed or not lean) else codes.view(torch.int16)
     exact = lean and not two_level and scaled_values_bf16_exact(fmt)
     if mv.M * mv.K:
         grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
         _dequantize_kernel[grid](
-            codes, sc, ts, out.view(torch.int32) if words else out, out, device_array(ep.values, dev),
+            codes_in, sc, ts, out.view(torch.int32) if words else out, out, device_array(ep.values, dev),
             device_array(sp.svals, dev), signs, float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.K // 2,
             mv.inner,
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,

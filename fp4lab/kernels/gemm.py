@@ -53,8 +53,9 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
         b = tl.load(b_ptr + rn[:, None] * K + rk[None, :], mask=mn[:, None] & mk[None, :], other=0).to(tl.int32)
         va = decode_elements(a, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
         vb = decode_elements(b, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-        va = tl.where(mm[:, None] & mk[None, :], va, 0.0)
-        vb = tl.where(mn[:, None] & mk[None, :], vb, 0.0)
+        if GKIND == 2:  # code 0 (masked loads) is value 0 for the float and int grids, not for a value table
+            va = tl.where(mm[:, None] & mk[None, :], va, 0.0)
+            vb = tl.where(mn[:, None] & mk[None, :], vb, 0.0)
         if FOLD:
             if SCALED:
                 kb = k0 // BS + tl.arange(0, BK // BS)
