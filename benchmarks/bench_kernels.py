@@ -33,6 +33,7 @@ from fp4lab.kernels.gemm import gemm_triton
 from fp4lab.kernels.quantize import quantize_triton
 
 ROWS, COLS = 16384, 8192
+FORMATS = ("mxfp4", "nvfp4", "ufp4")
 
 
 def t_ms(fn, rep: int = 200) -> float:
@@ -86,7 +87,7 @@ def bench_quantize(res: dict, quick: bool) -> None:
         configs = configs[:2]
     amax = x.float().abs().max().reshape(1)
     q = res.setdefault("quantize", {})
-    for name in ("mxfp4", "nvfp4", "ufp4"):
+    for name in FORMATS:
         fmt = fp4lab.get_format(name)
         nbytes = 2 * n + n // 2 + scale_bytes(fmt, n)
         for mode in ("rtne", "sr"):
@@ -157,7 +158,7 @@ def bench_dequantize(res: dict) -> None:
     n = x.numel()
     copy_ms = res["copy"]["ms"]
     d = res.setdefault("dequantize", {})
-    for name in ("mxfp4", "nvfp4", "ufp4"):
+    for name in FORMATS:
         fmt = fp4lab.get_format(name)
         codes, sc, _, ts, _, _ = quantize_triton(x, fmt, packed=True)
         nbytes = n // 2 + scale_bytes(fmt, n) + 2 * n
@@ -189,7 +190,7 @@ def bench_gemm(res: dict, quick: bool) -> None:
     tiles = [(128, 256, 64, 8, 3), (128, 256, 128, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4)]
     if quick:
         tiles = tiles[:2]
-    for name in ("mxfp4", "nvfp4", "ufp4"):
+    for name in FORMATS:
         fmt = fp4lab.get_format(name)
         qa, qb = quantize_cuda(a, fmt), quantize_cuda(b, fmt)
         ms = t_ms(lambda: gemm_triton(qa, qb, "fast"))
@@ -221,10 +222,19 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="quantize,dequantize,gemm")
+    ap.add_argument("--formats", default="mxfp4,nvfp4,ufp4")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     parts = args.only.split(",")
+    global FORMATS
+    FORMATS = tuple(args.formats.split(","))
+    w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t_end = time.time() + 2.0
+    while time.time() < t_end:  # bring the clocks up before the first measurement
+        torch.mm(w, w)
+    torch.cuda.synchronize()
+    del w
     x = torch.randn(ROWS, COLS, device="cuda", dtype=torch.bfloat16)
     copy_ms = t_ms(lambda: x.clone())
     res["copy"] = {"ms": copy_ms, "TBps": 4 * x.numel() / copy_ms / 1e9, "what": "bf16 16384x8192 clone",

@@ -189,7 +189,6 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     dev = codes.device
     ep = element_params(fmt, fmt.rounding)
     sp = scale_params(fmt)
-    bm, bk = tile[:2] if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d)
     if packed and mv.inner != 1:
         raise InputError("dequantize: packed codes need blocks along the last axis")
     out_dtype = out_dtype or torch.float32
@@ -208,6 +207,8 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     gk, eb, mb, ebias, step = element_decode_kind(fmt)
     lean = bool(words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
                 and np.all(np.isfinite(ep.values)))
+    big = (1 << 14, 512) if lean else (1 << 12, 256)
+    bm, bk = tile[:2] if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d, *big)
     codes_in = codes if (packed or not lean) else codes.view(torch.int16)
     exact = lean and not two_level and scaled_values_bf16_exact(fmt)
     if mv.M * mv.K:
@@ -218,6 +219,6 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
             mv.inner,
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,
             SCALED=sp.method != 0, TWO_LEVEL=two_level, SKIND=sp.skind, SBIAS=sp.sbias, SNAN=sp.snan,
-            GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, LEAN=lean, EXACT=exact, INTERP=interpreting(),
-            **opts)
+            GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, LEAN=lean, EXACT=exact,
+            INTERP=interpreting(), **opts)
     return out.view(torch.bfloat16) if out_dtype == torch.bfloat16 else out

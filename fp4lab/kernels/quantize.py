@@ -184,13 +184,15 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sc
                    L_LVL: tl.constexpr, TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr,
                    OVF: tl.constexpr, SR: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
                    DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr,
-                   FB: tl.constexpr, LEAN: tl.constexpr):
+                   FB: tl.constexpr, LEAN: tl.constexpr, QDIV: tl.constexpr):
     """(even-half codes, odd-half codes) of the blocks with decoded scales S; LEAN as in _scale_elements (t is
     then never NaN, so the NaN element policy is left out too)."""
     NB: tl.constexpr = (((FB >> 13) & 255) + 1) >> ((FB >> 1) & 15)
-    if LEAN and EDIV and (FB & 1) and NB == 2 and not SR:
+    if LEAN and QDIV and EDIV and (FB & 1) and NB == 2 and not SR:
         # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
-        # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly
+        # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
+        # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
+        # nearly every tile (measured on the H200: slower than dividing), so they divide
         if TWO_LEVEL:
             den = S * ts
         else:
@@ -265,7 +267,7 @@ def _quantize_kernel(
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr, B4: tl.constexpr,
+    POW2_GAPS: tl.constexpr, FB: tl.constexpr, B4: tl.constexpr, QDIV: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
@@ -381,12 +383,12 @@ def _quantize_kernel(
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                 ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
-                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, True)
+                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, True, QDIV)
         else:
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                 ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
-                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False)
+                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV)
         if N_TG > 1:
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
             for ti in tl.static_range(1, N_TG):
@@ -398,7 +400,7 @@ def _quantize_kernel(
                 c_e, c_o = _encode_blocks(
                     eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                     ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
-                    TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False)
+                    TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
                 take = err < best_err
                 best_e = tl.where(_expand(take, R4), c_e, best_e)
@@ -463,10 +465,13 @@ def _tables(ep, sp, dev) -> tuple:
     return hit[2]
 
 
-def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_d: bool) -> tuple[int, int]:
-    """(BM, BK): powers of two, BK a multiple of the block width and the RHT size, BM of the tile height."""
-    per_prog = 1 << 16 if interp else 1 << 12
-    bk = max(tc, rht_n, 2, min(triton.next_power_of_2(K), 256 if not interp else 4096))
+def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_d: bool,
+                elems: int = 1 << 12, width: int = 256) -> tuple[int, int]:
+    """(BM, BK): powers of two, BK a multiple of the block width and the RHT size, BM of the tile height; about
+    ``elems`` elements per program, rows ``width`` wide (the H200 sweep's best: quantize 16 x 256, dequantize
+    32 x 512; the interpreter takes large tiles: it pays per program)."""
+    per_prog = 1 << 16 if interp else elems
+    bk = max(tc, rht_n, 2, min(triton.next_power_of_2(K), width if not interp else 4096))
     bm = max(tr, 1, min(triton.next_power_of_2(max(M, 1)), max(per_prog // bk, 1)))
     return bm, bk
 
@@ -567,7 +572,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
             DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, B4=b4, **opts)
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, B4=b4, QDIV=in_kind == 0 or rht_n > 0, **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None
