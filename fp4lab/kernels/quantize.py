@@ -267,7 +267,7 @@ def _quantize_kernel(
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr, B4: tl.constexpr, QDIV: tl.constexpr,
+    POW2_GAPS: tl.constexpr, FB: tl.constexpr, B4: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
@@ -379,7 +379,7 @@ def _quantize_kernel(
             amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab_ptr, scpos_ptr, svals_ptr,
             min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX,
             SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, ENCODE)
-        if N_TG == 1 and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL):
+        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL):
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                 ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
@@ -553,6 +553,11 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     def n_log(a: np.ndarray) -> tuple[int, int]:
         return int(a.size), int(a.size).bit_length()
 
+    # the per-tile lean branch (see _tile_is_plain) pays off unless it would still divide every element: a second
+    # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
+    uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
+    qdiv = (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
+    lean_ok = sp.targets.size == 1 and (qdiv or not sp.ediv)
     n_thr, l_thr = n_log(ep.thr)
     n_lvl, l_lvl = n_log(ep.levels)
     n_stab, l_stab = n_log(sp.stab)
@@ -572,7 +577,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
             DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, B4=b4, QDIV=in_kind == 0 or rht_n > 0, **opts)
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, B4=b4, QDIV=qdiv, LEAN_OK=lean_ok, **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None
