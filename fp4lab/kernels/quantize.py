@@ -557,7 +557,8 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
     uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
     qdiv = (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
-    lean_ok = sp.targets.size == 1 and (qdiv or not sp.ediv)
+    divides = sp.ediv and not (sp.div_pow2 or sp.encode)  # x / S element by element (see _scale_elements)
+    lean_ok = sp.targets.size == 1 and (qdiv or not divides)
     n_thr, l_thr = n_log(ep.thr)
     n_lvl, l_lvl = n_log(ep.levels)
     n_stab, l_stab = n_log(sp.stab)
