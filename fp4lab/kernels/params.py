@@ -157,17 +157,24 @@ def _fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: 
 
 
 _CACHE: dict[tuple, object] = {}
+_BY_ID: dict[tuple, tuple] = {}  # (kind, id(fmt), mode) -> (fmt, constants): skips the JSON key on repeat calls
 
 
 def _cached(kind: str, fmt: QuantFormat, mode: str, build):
     """Derived constants are pure functions of the format: build once per (format JSON, mode), so launches do
     not repeat the derivation (and the fbits checks) on the host. The cached objects are shared: read only."""
+    same = _BY_ID.get((kind, id(fmt), mode))  # formats are frozen: the same object gives the same constants
+    if same is not None and same[0] is fmt:
+        return same[1]
     key = (kind, fmt.model_dump_json(), mode)
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) > 256:
             _CACHE.clear()
         hit = _CACHE[key] = build(fmt, mode)
+    if len(_BY_ID) > 256:
+        _BY_ID.clear()
+    _BY_ID[(kind, id(fmt), mode)] = (fmt, hit)
     return hit
 
 
