@@ -1,0 +1,123 @@
+"""Offline SASS statistics of the quantize/dequantize kernels for sm_90 (no GPU needed): instructions per element,
+registers and the most frequent opcodes, from Triton's bundled ptxas/nvdisasm.
+
+    python benchmarks/sass_count.py quantize mxfp4:rtne nvfp4:sr --tile 32x256x4
+    python benchmarks/sass_count.py dequantize mxfp4 ufp4 --tile 16x512x4
+
+The kernels are ALU-issue-bound on the H200, so fewer instructions per element is the number to drive down before
+spending device time. The count is static: a kernel with a runtime branch (the quantize kernel's per-tile lean
+path, the reciprocal-division fallback) counts both sides, so treat it as an upper bound there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import numpy as np
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+
+import fp4lab
+import fp4lab.kernels.dequantize as dq
+import fp4lab.kernels.quantize as q
+
+os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
+
+TYPES = {torch.float32: "fp32", torch.int32: "i32", torch.uint8: "u8", torch.int16: "i16", torch.int8: "i8",
+         torch.uint16: "u16", torch.float16: "fp16", torch.int64: "i64"}
+
+
+class Capture:
+    """Stands in for ``kernel[grid]``: records the launch arguments instead of running."""
+
+    def __init__(self, kernel):
+        self.kernel, self.args, self.kwargs = kernel, None, None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.args, self.kwargs = args, kwargs
+        return launch
+
+
+def compile_sm90(cap: Capture, num_warps: int):
+    fn = cap.kernel
+    vals = dict(zip(fn.arg_names, cap.args))
+    vals.update({k: v for k, v in cap.kwargs.items() if k in fn.arg_names})
+    if "INTERP" in vals:
+        vals["INTERP"] = False
+    sig, consts, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        v = vals[name]
+        if fn.params[i].is_constexpr:
+            sig[name], consts[name] = "constexpr", v
+        elif isinstance(v, torch.Tensor):
+            sig[name], attrs[(i,)] = "*" + TYPES[v.dtype], [["tt.divisibility", 16]]
+        elif isinstance(v, bool):
+            sig[name] = "i1"
+        elif isinstance(v, int):
+            sig[name] = "i32"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "fp32"
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps,
+                                                                           "enable_fp_fusion": False})
+
+
+def sass_stats(compiled) -> tuple[int, collections.Counter, str]:
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as fh:
+        fh.write(compiled.asm["cubin"])
+    out = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", fh.name], capture_output=True, text=True).stdout
+    lines = [ln for ln in out.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", ln)]
+    ops = collections.Counter(re.sub(r"^\s+/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?", "", ln).split()[0].split(".")[0]
+                              for ln in lines)
+    res = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", fh.name], capture_output=True, text=True)
+    regs = re.search(r"REG:(\d+)", res.stdout)
+    os.unlink(fh.name)
+    return len(lines), ops, regs.group(1) if regs else "?"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("kernel", choices=["quantize", "dequantize"])
+    ap.add_argument("cases", nargs="+", help="FORMAT[:ROUNDING] (rounding: quantize only)")
+    ap.add_argument("--tile", default="32x256x4", help="BMxBKxWARPS")
+    args = ap.parse_args()
+    bm, bk, warps = map(int, args.tile.split("x"))
+    for case in args.cases:
+        name, _, mode = case.partition(":")
+        fmt = fp4lab.get_format(name)
+        x = torch.randn(2 * bm, 2 * bk, dtype=torch.bfloat16)
+        if args.kernel == "quantize":
+            cap = q._quantize_kernel = Capture(q._quantize_kernel)
+            try:
+                q.quantize_triton(x, fmt, mode or "rtne", 1, packed=True, tensor_amax=x.float().abs().max().reshape(1),
+                                  store_scales=False, tile=(bm, bk, warps))
+            finally:
+                q._quantize_kernel = cap.kernel
+        else:
+            codes = torch.randint(0, 255, (2 * bm, bk), dtype=torch.uint8)
+            sdt = torch.int32 if fmt.scale.kind == "fp32" else torch.uint8
+            sc = torch.from_numpy(np.random.default_rng(0).integers(1, 100, (2 * bm, 2 * bk // fmt.block_size))).to(sdt)
+            cap = dq._dequantize_kernel = Capture(dq._dequantize_kernel)
+            try:
+                dq.dequantize_triton(codes, sc, torch.ones(()), fmt, 1, packed=True, out_dtype=torch.bfloat16,
+                                     tile=(bm, bk, warps))
+            finally:
+                dq._dequantize_kernel = cap.kernel
+        n, ops, regs = sass_stats(compile_sm90(cap, warps))
+        per_elem = n * 32 * warps / (bm * bk)
+        top = ", ".join(f"{k} {v}" for k, v in ops.most_common(8))
+        print(f"{args.kernel} {case} {bm}x{bk}x{warps}: {n} SASS, {per_elem:.1f} per element, {regs} registers; {top}")
+
+
+if __name__ == "__main__":
+    main()
