@@ -81,19 +81,17 @@ def fbits_det(t: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
     whose ulp is u), each binade j = 0 .. nb - 2 of spacing u * 2^j (j = 0 also covers the subnormals) gives a
     candidate: the fp32 sum |t| * 2^-j + (B + j * 2^m * u) rounds (RTNE, once: the product is exact) to a whole
     number of u, and its bits minus B's are the code that rounding |t| at that binade's spacing gives. Every
-    candidate is >= the true code and the one of |t|'s own binade equals it, so the code is their minimum; the
-    last candidate uses min(|t|, largest level), which saturates."""
+    candidate is >= the true (unsaturated) code and the one of |t|'s own binade equals it; above the largest
+    level every candidate is >= cmax. So the code is min(candidates, cmax)."""
     a = np.abs(np.asarray(t, F32))
     u = 2.0 ** (emin - m)
     big = F32(2.0 ** (emin - m + 23))
     nb = (cmax + 1) >> m
-    vmax = F32(2.0 ** (emin + nb - 2) * (2.0 - 2.0 ** -m))
-    code = None
+    code = _u32(big) + cmax
     with np.errstate(invalid="ignore", over="ignore"):
         for j in range(nb - 1):
-            aj = np.minimum(a, vmax) if j == nb - 2 else a
-            c = _u32((aj * F32(2.0 ** -j)).astype(F32) + F32(big + j * (1 << m) * u))
-            code = c if code is None else np.minimum(code, c)
+            c = _u32((a * F32(2.0 ** -j)).astype(F32) + F32(big + j * (1 << m) * u))
+            code = np.minimum(code, c)
     return code - _u32(big)
 
 

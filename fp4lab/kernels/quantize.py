@@ -38,6 +38,20 @@ def _bmax(vb, TWO_D: tl.constexpr):
 
 
 @triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _bmax_nan(vb, TWO_D: tl.constexpr):
+    """Per-block float maximum that propagates NaN (tl.max would drop it on the GPU and keep it in numpy)."""
+    if TWO_D:
+        return tl.reduce(tl.reduce(vb, 3, _max_nan), 1, _max_nan)
+    else:
+        return tl.reduce(vb, 2, _max_nan)
+
+
+@triton.jit
 def _expand(s, TWO_D: tl.constexpr):
     if TWO_D:
         return s[:, None, :, None]
@@ -141,7 +155,8 @@ def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
     """Per-block multiplier of the reciprocal element scaling: 1/S, or (1/ts)/S for two-level formats."""
     one = tl.full(S.shape, 1.0, tl.float32)
     if TWO_LEVEL:
-        return tl.div_rn(tl.div_rn(one, one * ts), S)
+        inv_ts = tl.div_rn(ts * 0.0 + 1.0, ts)  # a scalar: once per program (ts is finite and positive)
+        return tl.div_rn(one * inv_ts, S)
     else:
         return tl.div_rn(one, S)
 
@@ -360,17 +375,17 @@ def _quantize_kernel(
             ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
             reb = _blocks(re, BM, C2, TR, TH, TWO_D)
             rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
-        # |x| bit patterns order like the values (finite < Inf < NaN): integer maxima, the even and odd halves
-        # merged elementwise first
-        ae = bits_of(eb) & 0x7FFFFFFF
-        ao = bits_of(ob) & 0x7FFFFFFF
+        # block amax (finite values), has_nan, has_inf; the even and odd halves merged elementwise first
         if NAN_PROP:
-            # a block with Inf/NaN gets the inf/nan scale code whatever its finite amax: one maximum suffices
-            top = _bmax(tl.maximum(ae, ao), R4)
-            has_nan = top > 0x7F800000
-            has_inf = top == 0x7F800000
-            amax = f32_of(tl.where(top < 0x7F800000, top, 0))
+            # a block with Inf/NaN gets the inf/nan scale code whatever its finite amax: one NaN-propagating float
+            # maximum of |x| suffices (same value as the integer maximum of the |x| bit patterns)
+            top = _bmax_nan(tl.maximum(tl.abs(eb), tl.abs(ob), propagate_nan=tl.PropagateNan.ALL), R4)
+            has_nan = top != top
+            has_inf = top == float("inf")
+            amax = tl.where(has_nan | has_inf, 0.0, top)
         else:
+            ae = bits_of(eb) & 0x7FFFFFFF
+            ao = bits_of(ob) & 0x7FFFFFFF
             amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), R4))
             has_nan = amax != amax
             has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), R4) > 0

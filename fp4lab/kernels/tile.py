@@ -159,19 +159,17 @@ def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.cons
     NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
     U: tl.constexpr = 2.0 ** (FB_EMIN - FB_M)
     BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
-    VMAX: tl.constexpr = 2.0 ** (FB_EMIN + NB - 2) * (2.0 - 2.0 ** -FB_M)
     a = tl.abs(t)
+    base = bits_of(tl.full(t.shape, BIG, tl.float32))
     if NB == 2:
-        c = bits_of(tl.minimum(a, VMAX) + BIG)
+        c = tl.minimum(bits_of(a + BIG), base + FB_CMAX)
     else:
         c = bits_of(a + BIG)
+        cj = base + FB_CMAX
         for j in tl.static_range(1, NB - 1):
-            if j == NB - 2:
-                aj = tl.minimum(a, VMAX)
-            else:
-                aj = a
-            c = tl.minimum(c, bits_of(tl.fma(aj, 2.0 ** -j, BIG + j * (1 << FB_M) * U)))
-    code = c - bits_of(tl.full(t.shape, BIG, tl.float32))
+            cj = tl.minimum(cj, bits_of(tl.fma(a, 2.0 ** -j, BIG + j * (1 << FB_M) * U)))
+        c = tl.minimum(c, cj)
+    code = c - base
     return code | (negative(t, SZ_POS) * SIGN_OR)
 
 
