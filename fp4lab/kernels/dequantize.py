@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.quantize import _blocks, _expand
-from fp4lab.kernels.tile import bits_of, decode_elements, decode_scale, rht_pairs
+from fp4lab.kernels.tile import bits_of, decode_elements, decode_scale, pair_tile, rht_pairs, scale_tile
 
 
 @triton.jit
@@ -55,19 +55,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     C2: tl.constexpr = BK // 2
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
-    rows = pid_m * BM + tl.arange(0, BM)
-    kw = pid_k * C2 + tl.arange(0, C2)  # pair (word) index: contiguous, so loads/stores coalesce and vectorize
-    ce = 2 * kw
-    if INNER1:
-        addr_e = rows[:, None] * K + ce[None, :]
-        addr_o = addr_e + 1
-    else:
-        addr_e = (rows // INNER)[:, None] * (K * INNER) + ce[None, :] * INNER + (rows % INNER)[:, None]
-        addr_o = addr_e + INNER
-    rmask = (rows < M)[:, None]
-    me = rmask & (ce < K)[None, :]
-    mo = rmask & (ce + 1 < K)[None, :]
-    mw = rmask & (kw < K2)[None, :]  # == me for even K (PACKED, WORDS); keeps the word accesses vectorized
+    rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
     if LEAN:
         p = tl.load(codes_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0).to(tl.int32)
         if PACKED:  # one byte per pair: even code in the low nibble
@@ -125,19 +113,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
     vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
     if SCALED:
-        if TWO_D:
-            srows = pid_m * (BM // TR) + tl.arange(0, BM // TR)
-            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
-            saddr = srows[:, None] * (K // TC) + scols[None, :]
-            smask = (srows < M // TR)[:, None] & (scols < K // TC)[None, :]
-        else:
-            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
-            if INNER1:
-                saddr = rows[:, None] * (K // TC) + scols[None, :]
-            else:
-                saddr = ((rows // INNER)[:, None] * ((K // TC) * INNER) + scols[None, :] * INNER
-                         + (rows % INNER)[:, None])
-            smask = rmask & (scols < K // TC)[None, :]
+        saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         sc = tl.load(sc_ptr + saddr, mask=smask, other=0).to(tl.int32)
         if SKIND == 3:
             sc = sc & 0xFFFF

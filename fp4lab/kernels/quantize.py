@@ -16,8 +16,8 @@ import triton.language as tl
 
 from fp4lab.kernels.tile import (
     FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_fbits_det,
-    encode_fbits_sr, encode_sr, f32_of, is_finite,
-    load_f32, philox_pairs, rht_pairs, rht_tile,
+    encode_fbits_sr, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs, rht_pairs,
+    rht_tile, scale_tile,
 )
 
 
@@ -248,20 +248,11 @@ def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
                  BM: tl.constexpr, BK: tl.constexpr, IN_KIND: tl.constexpr, INNER1: tl.constexpr,
                  RHT_N: tl.constexpr):
     """part[pid] = max of the finite |x| (after the optional RHT) over this program's tile (0 if none)."""
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = pid_m * BM + tl.arange(0, BM)
-    cols = pid_k * BK + tl.arange(0, BK)
-    if INNER1:
-        addr = rows[:, None] * K + cols[None, :]
-    else:
-        addr = (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
-    mask = (rows < M)[:, None] & (cols < K)[None, :]
-    x = load_f32(x_ptr, addr, mask, IN_KIND)
+    x, cols, _, _ = load_tile(x_ptr, M, K, INNER, BM, BK, IN_KIND, INNER1)
     if RHT_N > 0:
         x = rht_tile(x, signs_ptr, cols, rscale, BM, BK, RHT_N, False)
     a = tl.where(is_finite(x), tl.abs(x), 0.0)
-    tl.store(part_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(tl.max(a, axis=1), axis=0))
+    tl.store(part_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), tl.max(tl.max(a, axis=1), axis=0))
 
 
 @triton.jit
@@ -293,19 +284,7 @@ def _quantize_kernel(
     THR: tl.constexpr = 4 if B4 else TH
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
-    rows = pid_m * BM + tl.arange(0, BM)
-    kw = pid_k * C2 + tl.arange(0, C2)  # pair (word) index: contiguous, so loads/stores coalesce and vectorize
-    ce = 2 * kw
-    if INNER1:
-        addr_e = rows[:, None] * K + ce[None, :]
-        addr_o = addr_e + 1
-    else:
-        addr_e = (rows // INNER)[:, None] * (K * INNER) + ce[None, :] * INNER + (rows % INNER)[:, None]
-        addr_o = addr_e + INNER
-    rmask = (rows < M)[:, None]
-    me = rmask & (ce < K)[None, :]
-    mo = rmask & (ce + 1 < K)[None, :]
-    mw = rmask & (kw < K2)[None, :]  # == me for even K (WORDS, PACK); keeps the word accesses vectorized
+    rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
     if B4:
         # [BM, TQ, NB, 4] words: word kw4 = block nb, quad q, lane v. Each thread holds 4-word vectors and the
         # quads of a block sit in one thread, so block reductions need no shuffles.
@@ -429,19 +408,7 @@ def _quantize_kernel(
         else:
             code_e = tl.reshape(best_e, [BM, C2])
             code_o = tl.reshape(best_o, [BM, C2])
-        if TWO_D:
-            srows = pid_m * (BM // TR) + tl.arange(0, BM // TR)
-            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
-            saddr = srows[:, None] * (K // TC) + scols[None, :]
-            smask = (srows < M // TR)[:, None] & (scols < K // TC)[None, :]
-        else:
-            scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
-            if INNER1:
-                saddr = rows[:, None] * (K // TC) + scols[None, :]
-            else:
-                saddr = ((rows // INNER)[:, None] * ((K // TC) * INNER) + scols[None, :] * INNER
-                         + (rows % INNER)[:, None])
-            smask = rmask & (scols < K // TC)[None, :]
+        saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:
             tl.store(s_ptr + saddr, best_S, mask=smask)

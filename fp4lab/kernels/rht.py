@@ -9,22 +9,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fp4lab.kernels.tile import load_f32, rht_tile
+from fp4lab.kernels.tile import load_tile, rht_tile
 
 
 @triton.jit
 def _rht_kernel(x_ptr, out_ptr, signs_ptr, rscale, M, K, INNER, BM: tl.constexpr, BK: tl.constexpr,
                 IN_KIND: tl.constexpr, INNER1: tl.constexpr, N: tl.constexpr, INVERSE: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = pid_m * BM + tl.arange(0, BM)
-    cols = pid_k * BK + tl.arange(0, BK)
-    if INNER1:
-        addr = rows[:, None] * K + cols[None, :]
-    else:
-        addr = (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
-    mask = (rows < M)[:, None] & (cols < K)[None, :]
-    v = load_f32(x_ptr, addr, mask, IN_KIND)
+    v, cols, addr, mask = load_tile(x_ptr, M, K, INNER, BM, BK, IN_KIND, INNER1)
     tl.store(out_ptr + addr, rht_tile(v, signs_ptr, cols, rscale, BM, BK, N, INVERSE), mask=mask)
 
 

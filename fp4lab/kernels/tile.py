@@ -48,6 +48,48 @@ def negative(t, SZ_POS: tl.constexpr):
 
 
 @triton.jit
+def view_offsets(rows, cols, K, INNER, INNER1: tl.constexpr):
+    """Flat offsets of elements (rows[:, None], cols[None, :]) of a C-contiguous tensor seen as [M, K] with K the
+    blocked axis: ``(r // INNER) * K * INNER + k * INNER + r % INNER`` (INNER1: the plain row-major ``r * K + k``)."""
+    if INNER1:
+        return rows[:, None] * K + cols[None, :]
+    else:
+        return (rows // INNER)[:, None] * (K * INNER) + cols[None, :] * INNER + (rows % INNER)[:, None]
+
+
+@triton.jit
+def pair_tile(M, K, K2, INNER, BM: tl.constexpr, C2: tl.constexpr, INNER1: tl.constexpr):
+    """Indices of this program's [BM, 2 * C2] tile held as even/odd column halves: rows, pair (word) indices kw
+    (contiguous, so loads and stores coalesce and vectorize), even columns, flat offsets of the even and odd
+    elements, and masks for rows, even elements, odd elements and whole words (== even for even K)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    kw = tl.program_id(1) * C2 + tl.arange(0, C2)
+    ce = 2 * kw
+    addr_e = view_offsets(rows, ce, K, INNER, INNER1)
+    if INNER1:
+        addr_o = addr_e + 1
+    else:
+        addr_o = addr_e + INNER
+    rmask = (rows < M)[:, None]
+    return (rows, kw, ce, addr_e, addr_o, rmask, rmask & (ce < K)[None, :], rmask & (ce + 1 < K)[None, :],
+            rmask & (kw < K2)[None, :])
+
+
+@triton.jit
+def scale_tile(rows, rmask, M, K, INNER, BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
+               TWO_D: tl.constexpr, INNER1: tl.constexpr):
+    """Flat offsets and mask of the block scales of this program's tile: [BM // TR, BK // TC] for 2-D tiles (scale
+    array [M // TR, K // TC]), else [BM, BK // TC] in the tensor's own layout with the blocked axis shortened."""
+    scols = tl.program_id(1) * (BK // TC) + tl.arange(0, BK // TC)
+    if TWO_D:
+        srows = tl.program_id(0) * (BM // TR) + tl.arange(0, BM // TR)
+        return (srows[:, None] * (K // TC) + scols[None, :],
+                (srows < M // TR)[:, None] & (scols < K // TC)[None, :])
+    else:
+        return view_offsets(rows, scols, K // TC, INNER, INNER1), rmask & (scols < K // TC)[None, :]
+
+
+@triton.jit
 def load_f32(ptr, offs, mask, IN_KIND: tl.constexpr):
     """Load as fp32: IN_KIND 0 fp32, 1 bf16 (read as int16 bit patterns, widened by a shift: exact, also for
     subnormals, unlike the interpreter's bf16 cast), 2 fp16."""
@@ -58,6 +100,16 @@ def load_f32(ptr, offs, mask, IN_KIND: tl.constexpr):
         return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
         return tl.load(ptr + offs, mask=mask, other=0.0)
+
+
+@triton.jit
+def load_tile(x_ptr, M, K, INNER, BM: tl.constexpr, BK: tl.constexpr, IN_KIND: tl.constexpr, INNER1: tl.constexpr):
+    """This program's [BM, BK] tile of the [M, K] view as fp32, with its columns, offsets and mask."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.program_id(1) * BK + tl.arange(0, BK)
+    addr = view_offsets(rows, cols, K, INNER, INNER1)
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    return load_f32(x_ptr, addr, mask, IN_KIND), cols, addr, mask
 
 
 @triton.jit
@@ -367,22 +419,8 @@ def butterfly(v, R: tl.constexpr, C: tl.constexpr, H: tl.constexpr):
 @triton.jit
 def fwht(v, R: tl.constexpr, C: tl.constexpr, N: tl.constexpr):
     """Unnormalized Walsh-Hadamard transform of every N-column chunk of v [R, C]; stages H = 1, 2, ..., N/2."""
-    if N >= 2:
-        v = butterfly(v, R, C, 1)
-    if N >= 4:
-        v = butterfly(v, R, C, 2)
-    if N >= 8:
-        v = butterfly(v, R, C, 4)
-    if N >= 16:
-        v = butterfly(v, R, C, 8)
-    if N >= 32:
-        v = butterfly(v, R, C, 16)
-    if N >= 64:
-        v = butterfly(v, R, C, 32)
-    if N >= 128:
-        v = butterfly(v, R, C, 64)
-    if N >= 256:
-        v = butterfly(v, R, C, 128)
+    for s in tl.static_range(N.bit_length() - 1):
+        v = butterfly(v, R, C, 1 << s)
     return v
 
 
