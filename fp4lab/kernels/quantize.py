@@ -136,18 +136,22 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDI
 
 
 @triton.jit
-def _grid_residual(t, FB: tl.constexpr):
-    """|t| minus |t| rounded to a one-spacing ExMy grid (FB as in encode_fbits_det; exact, same sum as the
-    encoder so it is computed once). |residual| >= half the spacing minus 2^(emin - 20) (>= 4 ulps of any |t|
-    below 2^(emin + 1)) marks an element near a rounding boundary, or above the largest level."""
+def _near_boundary(te, to, FB: tl.constexpr):
+    """Scalar: True when some |t| of the tile lies within 2^(emin - 20) (>= 4 ulps of any |t| below
+    2^(emin + 1)) of a rounding boundary (odd multiple of half the spacing) of a one-spacing ExMy grid (FB as in
+    encode_fbits_det), or above the largest level. The rounded value is the encoder's own sum, computed once."""
     FB_M: tl.constexpr = (FB >> 1) & 15
     FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
     FB_CMAX: tl.constexpr = (FB >> 13) & 255
     NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
     BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
     VMAX: tl.constexpr = 2.0 ** (FB_EMIN + NB - 2) * (2.0 - 2.0 ** -FB_M)
-    a = tl.abs(t)
-    return a - ((tl.minimum(a, VMAX) + BIG) - BIG)
+    HALF_TOL: tl.constexpr = 2.0 ** (FB_EMIN - FB_M - 1) - 2.0 ** (FB_EMIN - 20)
+    ae = tl.abs(te)
+    ao = tl.abs(to)
+    re = ae - ((tl.minimum(ae, VMAX) + BIG) - BIG)
+    ro = ao - ((tl.minimum(ao, VMAX) + BIG) - BIG)
+    return tl.max(tl.maximum(tl.abs(re), tl.abs(ro))) >= HALF_TOL
 
 
 @triton.jit
@@ -215,8 +219,7 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sc
         r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
         te = eb * r
         to = ob * r
-        HALF_TOL: tl.constexpr = 2.0 ** ((((FB >> 5) & 255) - 128) - ((FB >> 1) & 15) - 1) - 2.0 ** ((((FB >> 5) & 255) - 128) - 20)
-        if tl.max(tl.maximum(tl.abs(_grid_residual(te, FB)), tl.abs(_grid_residual(to, FB)))) >= HALF_TOL:
+        if _near_boundary(te, to, FB):
             te = tl.div_rn(eb, tl.broadcast_to(_expand(den, TWO_D), eb.shape))
             to = tl.div_rn(ob, tl.broadcast_to(_expand(den, TWO_D), ob.shape))
     else:
