@@ -8,7 +8,7 @@
 * fused RHT-16 + quantize over quantize alone;
 * dequantize packed codes + scale codes -> bf16 against the copy;
 * GEMM 8192^3 on 4-bit operands: ``exact`` and ``fast`` (dequantize + cuBLAS, dequantization included) against
-  cuBLAS bf16.
+  cuBLAS bf16, and Triton's ``tl.dot_scaled`` on the same MXFP4 operands (checked against ``exact``).
 Times are medians of ``triton.testing.do_bench`` per call (host launch cost included, L2 flushed between calls);
 quantize/dequantize also report ``kernel_ms``: the median per call inside a CUDA graph
 (``triton.testing.do_bench_cudagraph``, Python launch cost excluded), with the copy measured the same way. Tiles
@@ -26,6 +26,7 @@ import time
 
 import torch
 import triton
+import triton.language as tl
 from triton.testing import do_bench, do_bench_cudagraph
 
 import fp4lab
@@ -180,6 +181,60 @@ def bench_dequantize(res: dict) -> None:
         print("dequantize", name, d[name], flush=True)
 
 
+@triton.jit
+def _dot_scaled_mxfp4(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr, GROUP_M: tl.constexpr, FAST: tl.constexpr):
+    """Baseline: C = A @ B.T with Triton's tl.dot_scaled on MXFP4 operands (packed e2m1 along K, E8M0 scales per
+    32), K-tiles in order; on sm_90 Triton decomposes it into bf16 upcasts and a bf16 wgmma."""
+    pid = tl.program_id(0)
+    n_m = tl.cdiv(M, BM)
+    n_n = tl.cdiv(N, BN)
+    group = pid // (GROUP_M * n_n)
+    first_m = group * GROUP_M
+    gsize = tl.minimum(n_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * n_n)) % gsize
+    pid_n = (pid % (GROUP_M * n_n)) // gsize
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kp = k0 // 2 + tl.arange(0, BK // 2)
+        ks = k0 // 32 + tl.arange(0, BK // 32)
+        a = tl.load(a_ptr + rm[:, None] * (K // 2) + kp[None, :])
+        b = tl.load(b_ptr + rn[:, None] * (K // 2) + kp[None, :])
+        sa = tl.load(sa_ptr + rm[:, None] * (K // 32) + ks[None, :])
+        sb = tl.load(sb_ptr + rn[:, None] * (K // 32) + ks[None, :])
+        acc = tl.dot_scaled(a, sa, "e2m1", tl.trans(b), sb, "e2m1", acc, fast_math=FAST)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+def bench_dot_scaled(g: dict, qa, qb, flop: int, cub: float) -> None:
+    """tl.dot_scaled MXFP4 x MXFP4 on the same quantized operands (the issue's second GEMM baseline), checked
+    against our exact GEMM."""
+    M, K = qa.shape
+    N = qb.shape[0]
+    a, b = qa.packed(), qb.packed()
+    c = torch.empty(M, N, device="cuda", dtype=torch.float32)
+    ref = gemm_triton(qa, qb, "exact")
+    for cfg in ((128, 256, 64, 8, 3, False), (128, 128, 64, 4, 4, False), (128, 128, 64, 4, 4, True)):
+        bm, bn, bk, warps, stages, fast = cfg
+        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+        run = lambda: _dot_scaled_mxfp4[grid](a, b, qa.scale_codes, qb.scale_codes, c, M, N, K, BM=bm, BN=bn,
+                                              BK=bk, GROUP_M=8, FAST=fast, num_warps=warps, num_stages=stages)
+        try:
+            run()
+            ms = t_ms(run, rep=50)
+        except Exception as e:
+            g.setdefault("errors", []).append(f"dot_scaled {cfg}: {type(e).__name__}: {e}"[:300])
+            continue
+        rel = float((c - ref).abs().max() / ref.abs().max())
+        same = float((c.view(torch.int32) == ref.view(torch.int32)).float().mean())
+        g[f"mxfp4/dot_scaled/{bm}x{bn}x{bk}{'/fast_math' if fast else ''}"] = {
+            "ms": ms, "TFLOPs": flop / ms / 1e9, "vs_cublas": flop / ms / 1e9 / cub,
+            "max_rel_diff_vs_exact": rel, "bit_equal_fraction_vs_exact": same}
+        print("dot_scaled", cfg, g[f"mxfp4/dot_scaled/{bm}x{bn}x{bk}{'/fast_math' if fast else ''}"], flush=True)
+
+
 def bench_gemm(res: dict, quick: bool) -> None:
     M = N = K = 8192
     flop = 2 * M * N * K
@@ -218,6 +273,8 @@ def bench_gemm(res: dict, quick: bool) -> None:
             g[f"{name}/exact"] = {"ms": best[0], "tile": best[1], "TFLOPs": flop / best[0] / 1e9,
                                   "vs_cublas": flop / best[0] / 1e9 / cub}
             print(name, "exact", g[f"{name}/exact"], flush=True)
+        if name == "mxfp4":
+            bench_dot_scaled(g, qa, qb, flop, cub)
 
 
 def main() -> None:
