@@ -276,57 +276,29 @@ def _quantize_kernel(
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr, B4: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
+    POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
     C2: tl.constexpr = BK // 2
     TH: tl.constexpr = TC // 2
-    R4: tl.constexpr = TWO_D or B4  # blocks held as [., rows-or-quads, NB, cols-or-lanes]
-    TRR: tl.constexpr = TH // 4 if B4 else TR
-    THR: tl.constexpr = 4 if B4 else TH
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
-    if B4:
-        # [BM, TQ, NB, 4] words: word kw4 = block nb, quad q, lane v. Each thread holds 4-word vectors and the
-        # quads of a block sit in one thread, so block reductions need no shuffles.
-        TQ: tl.constexpr = TH // 4
-        q4 = tl.arange(0, TQ)[None, :, None, None]
-        nb4 = tl.arange(0, BK // TC)[None, None, :, None]
-        kq = pid_k * C2 + nb4 * TH + q4 * 4
-        kw4 = kq + tl.arange(0, 4)[None, None, None, :]
-        r4 = rows[:, None, None, None]
-        waddr = r4 * K2 + kw4
-        m4 = (r4 < M) & (kw4 < K2)
-        w = tl.load(x_ptr + waddr, mask=m4, other=0)
+    if WORDS:
+        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
         xe = f32_of(w << 16)
         xo = f32_of(w & -65536)
-        if SR:
-            # element 2 * kw4 (+1) of row r is flat index r * K + 2 * kw4 (+1): group r * K/4 + kw4 // 2, words
-            # 0, 2 (even elements) and 1, 3 (odd) of each group; two groups per quad of words
-            gq = r4 * (K // 4) + kq // 2 + tl.arange(0, 2)[None, None, None, :]
-            w0, w1, w2, w3 = tl.randint4x(seed, gq)
-            re = (tl.reshape(tl.join(w0, w2), [BM, TQ, BK // TC, 4]) >> 8).to(tl.int32)
-            ro = (tl.reshape(tl.join(w1, w3), [BM, TQ, BK // TC, 4]) >> 8).to(tl.int32)
-        else:
-            re = w
-            ro = w
     else:
-        if WORDS:
-            w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
-            xe = f32_of(w << 16)
-            xo = f32_of(w & -65536)
-        else:
-            xe = load_f32(x_ptr, addr_e, me, IN_KIND)
-            xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
-        if RHT_N > 0:
-            xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
-        if SR:
-            re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND)
-        else:
-            re = addr_e
-            ro = addr_o
+        xe = load_f32(x_ptr, addr_e, me, IN_KIND)
+        xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
+    if RHT_N > 0:
+        xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
+    if SR:
+        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND)
+    else:
+        re = addr_e
+        ro = addr_o
     if METHOD == 0:
         code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
                          inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
@@ -347,30 +319,24 @@ def _quantize_kernel(
                 ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
             if (pid_m == 0) & (pid_k == 0):
                 tl.store(ts_ptr, ts)
-        if B4:
-            eb = xe
-            ob = xo
-            reb = re
-            rob = ro
-        else:
-            eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
-            ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
-            reb = _blocks(re, BM, C2, TR, TH, TWO_D)
-            rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
+        eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
+        ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
+        reb = _blocks(re, BM, C2, TR, TH, TWO_D)
+        rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
         # block amax (finite values), has_nan, has_inf; the even and odd halves merged elementwise first
         if NAN_PROP:
             # a block with Inf/NaN gets the inf/nan scale code whatever its finite amax: one NaN-propagating float
             # maximum of |x| suffices (same value as the integer maximum of the |x| bit patterns)
-            top = _bmax_nan(tl.maximum(tl.abs(eb), tl.abs(ob), propagate_nan=tl.PropagateNan.ALL), R4)
+            top = _bmax_nan(tl.maximum(tl.abs(eb), tl.abs(ob), propagate_nan=tl.PropagateNan.ALL), TWO_D)
             has_nan = top != top
             has_inf = top == float("inf")
             amax = tl.where(has_nan | has_inf, 0.0, top)
         else:
             ae = bits_of(eb) & 0x7FFFFFFF
             ao = bits_of(ob) & 0x7FFFFFFF
-            amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), R4))
+            amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), TWO_D))
             has_nan = amax != amax
-            has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), R4) > 0
+            has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), TWO_D) > 0
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
         best_sc, best_S = _block_scales(
             amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab_ptr, scpos_ptr, svals_ptr,
@@ -379,15 +345,15 @@ def _quantize_kernel(
         if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL):
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
-                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
+                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
                 TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, True, QDIV)
         else:
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
-                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
+                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
                 TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV)
         if N_TG > 1:
-            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
+            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
             for ti in tl.static_range(1, N_TG):
                 sc, S = _block_scales(
                     amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti), stab_ptr,
@@ -396,32 +362,22 @@ def _quantize_kernel(
                     STRICT, SMAXV, HAS_ZB, ENCODE)
                 c_e, c_o = _encode_blocks(
                     eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
-                    ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, R4, PATH, SIGN_OR, OVF, SR,
+                    ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
                     TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV)
-                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TRR, THR, R4, TWO_LEVEL)
+                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
                 take = err < best_err
-                best_e = tl.where(_expand(take, R4), c_e, best_e)
-                best_o = tl.where(_expand(take, R4), c_o, best_o)
+                best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
+                best_o = tl.where(_expand(take, TWO_D), c_o, best_o)
                 best_sc = tl.where(take, sc, best_sc)
                 best_S = tl.where(take, S, best_S)
                 best_err = tl.where(take, err, best_err)
-        if B4:
-            code_e = best_e
-            code_o = best_o
-        else:
-            code_e = tl.reshape(best_e, [BM, C2])
-            code_o = tl.reshape(best_o, [BM, C2])
+        code_e = tl.reshape(best_e, [BM, C2])
+        code_o = tl.reshape(best_o, [BM, C2])
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:
             tl.store(s_ptr + saddr, best_S, mask=smask)
-    if B4:
-        if PACK:
-            tl.store(codes_ptr + waddr, code_e | (code_o << 4), mask=m4)
-        else:
-            tl.store(codes_ptr + (r4 * K + 2 * kw4), code_e, mask=m4)
-            tl.store(codes_ptr + (r4 * K + 2 * kw4 + 1), code_o, mask=m4)
-    elif PACK:
+    if PACK:
         tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], code_e | (code_o << 4), mask=mw)
     else:
         tl.store(codes_ptr + addr_e, code_e, mask=me)
@@ -462,7 +418,7 @@ def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_
 
 
 def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
-                    tensor_amax=None, store_scales=True, swizzle=False, tile=None, quad_layout=False):
+                    tensor_amax=None, store_scales=True, swizzle=False, tile=None):
     """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
 
     Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
@@ -470,9 +426,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
     ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
     scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
-    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]). ``quad_layout`` holds bf16 rows without RHT
-    as [rows, quads, blocks, lanes] int32 words instead of the default 2-D tile (same bits; measured slower on the
-    H200 because each warp load then spans 16 rows, so it is off by default and kept for tuning).
+    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]).
     """
     import torch
 
@@ -530,7 +484,6 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
         ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
     fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
     words = in_kind == 1 and inner1 and mv.K % 2 == 0
-    b4 = bool(quad_layout and words and sp.method and not two_d and rht_n == 0 and tc >= 8 and mv.K % tc == 0)
     xk = xin.view(torch.int32) if words else xin
     if sp.method and tc < 2:
         raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
@@ -563,7 +516,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
             DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, B4=b4, QDIV=qdiv, LEAN_OK=lean_ok, **opts)
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, QDIV=qdiv, LEAN_OK=lean_ok, **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None
