@@ -1,0 +1,56 @@
+"""The numpy twins of the kernels' bit-arithmetic encoders (``params.fbits_det``, ``params.fbits_sr``) against the
+reference encoder on a dense sample of fp32 values, and the guard that keeps the built-in float grids on that
+path (a twin that stopped matching would silently send them to the slower threshold tables)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fp4lab
+from fp4lab.emulator.ref_encode import encode_elements
+from fp4lab.formats.grids import FloatGrid
+from fp4lab.formats.quant_format import NAMED_GRIDS
+from fp4lab.kernels.params import element_params, fbits_det, fbits_sr
+
+F32 = np.float32
+POLICY = dict(nan_policy="zero", overflow="saturate", signed_zero="keep")
+
+
+def _dense(vmax: float, thresholds: np.ndarray, stride: int = 1009) -> np.ndarray:
+    """Every ``stride``-th fp32 bit pattern in [0, 2 * vmax], plus each threshold and level with 4 fp32 neighbours
+    on either side, both signs."""
+    top = int(np.array(2 * vmax, F32).view(np.uint32))
+    grid = np.arange(0, top, stride, dtype=np.uint32).view(F32)
+    pts = [np.abs(thresholds.astype(F32))]
+    for direction in (np.inf, 0.0):
+        v = pts[0]
+        for _ in range(4):
+            v = np.nextafter(v, F32(direction)).astype(F32)
+            pts.append(v)
+    mags = np.concatenate([grid, *pts, [F32(0.0), F32(1e-45), F32(vmax)]]).astype(F32)
+    return np.concatenate([mags, -mags]).astype(F32)
+
+
+@pytest.mark.parametrize("element", ["e2m1", "e1m2", "e3m0", "e3m2", "e2m3"])
+def test_fbits_twins_match_the_reference_encoder(element):
+    g = FloatGrid(**{k: v for k, v in NAMED_GRIDS[element].items() if k != "kind"})
+    m, emin = g.mantissa_bits, 1 - g.exponent_bias
+    cmax = (1 << (g.bits - 1)) - 1
+    vmax = float(g.levels[-1])
+    t = _dense(vmax, np.concatenate([g.thresholds("rtne"), g.levels]))
+    sign = np.where(np.signbit(t), 1 << (g.bits - 1), 0)
+    want = encode_elements(t, g, "rtne", **POLICY).astype(np.int64)
+    assert np.array_equal(fbits_det(t, m, emin, cmax) | sign, want)
+    rng = np.random.default_rng(1)
+    for r in (np.zeros(t.size), np.full(t.size, (1 << 24) - 1), rng.integers(0, 1 << 24, t.size)):
+        r = r.astype(np.int64)
+        want = encode_elements(t, g, "sr", r.astype(np.uint32), **POLICY).astype(np.int64)
+        assert np.array_equal(fbits_sr(t, r, m, emin, cmax) | sign, want)
+
+
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "nvfp4-te", "ufp4-e4m3", "e2m1", "e1m2"])
+def test_builtin_float_grids_take_the_bit_arithmetic_path(name):
+    fmt = fp4lab.get_format(name)
+    for mode in ("rtne", "sr"):
+        assert element_params(fmt, mode).fbits, f"{name} {mode} fell back to threshold tables"
