@@ -34,6 +34,7 @@ from fp4lab.kernels.api import quantize_cuda
 from fp4lab.kernels.dequantize import dequantize_triton
 from fp4lab.kernels.gemm import gemm_triton
 from fp4lab.kernels.quantize import quantize_triton
+from fp4lab.kernels.tile import grouped_tile
 
 ROWS, COLS = 16384, 8192
 FORMATS = ("mxfp4", "nvfp4", "ufp4")
@@ -186,14 +187,7 @@ def _dot_scaled_mxfp4(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K, BM: tl.const
                       BK: tl.constexpr, GROUP_M: tl.constexpr, FAST: tl.constexpr):
     """Baseline: C = A @ B.T with Triton's tl.dot_scaled on MXFP4 operands (packed e2m1 along K, E8M0 scales per
     32), K-tiles in order; on sm_90 Triton decomposes it into bf16 upcasts and a bf16 wgmma."""
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    group = pid // (GROUP_M * n_n)
-    first_m = group * GROUP_M
-    gsize = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * n_n)) % gsize
-    pid_n = (pid % (GROUP_M * n_n)) // gsize
+    pid_m, pid_n = grouped_tile(M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     acc = tl.zeros((BM, BN), dtype=tl.float32)

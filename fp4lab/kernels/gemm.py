@@ -22,7 +22,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from fp4lab.kernels.tile import decode_elements, decode_scale
+from fp4lab.kernels.tile import decode_elements, decode_scale, grouped_tile
 
 
 @triton.jit
@@ -32,14 +32,7 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
                  GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
                  SCALED: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
                  TWO_LEVEL: tl.constexpr, FOLD: tl.constexpr, INTERP: tl.constexpr):
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    group = pid // (GROUP_M * n_n)
-    first_m = group * GROUP_M
-    gsize = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * n_n)) % gsize
-    pid_n = (pid % (GROUP_M * n_n)) // gsize
+    pid_m, pid_n = grouped_tile(M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     mm = rm < M

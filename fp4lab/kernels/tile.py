@@ -90,6 +90,18 @@ def scale_tile(rows, rmask, M, K, INNER, BM: tl.constexpr, BK: tl.constexpr, TR:
 
 
 @triton.jit
+def grouped_tile(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of this program for a 1-D grid over [M / BM, N / BN] output tiles, GROUP_M tile rows at a
+    time so that consecutive programs share operand tiles in L2."""
+    pid = tl.program_id(0)
+    n_n = tl.cdiv(N, BN)
+    group = pid // (GROUP_M * n_n)
+    first_m = group * GROUP_M
+    gsize = tl.minimum(tl.cdiv(M, BM) - first_m, GROUP_M)
+    return first_m + (pid % (GROUP_M * n_n)) % gsize, (pid % (GROUP_M * n_n)) // gsize
+
+
+@triton.jit
 def load_f32(ptr, offs, mask, IN_KIND: tl.constexpr):
     """Load as fp32: IN_KIND 0 fp32, 1 bf16 (read as int16 bit patterns, widened by a shift: exact, also for
     subnormals, unlike the interpreter's bf16 cast), 2 fp16."""
