@@ -18,14 +18,16 @@ import re
 import subprocess
 import tempfile
 
-import numpy as np
-import torch
-import triton
-from triton.backends.compiler import GPUTarget
+os.environ.pop("TRITON_INTERPRET", None)  # the kernels must be compilable JIT functions, so import them without it
 
-import fp4lab
-import fp4lab.kernels.dequantize as dq
-import fp4lab.kernels.quantize as q
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+import fp4lab  # noqa: E402
+import fp4lab.kernels.dequantize as dq  # noqa: E402
+import fp4lab.kernels.quantize as q  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
 
