@@ -182,6 +182,24 @@ def test_dequantize_fp32_bf16_and_inverse_rht(name):
             assert torch.equal(got_pb.view(torch.int16)[~nan], want_bf.view(torch.int16)[~nan])
 
 
+def test_dequantize_strided_codes_and_wrong_scale_shape():
+    """A non-contiguous view of the codes gives the same values as a contiguous copy; scale codes of the wrong
+    shape are refused with a one-line message instead of being read out of bounds."""
+    from fp4lab.kernels.dequantize import dequantize_triton
+
+    fmt = fp4lab.get_format("mxfp4")
+    x = make_input("random", 64, 256, seed=13)
+    qt = quantize_cuda(torch.from_numpy(x), fmt)
+    wide = torch.zeros(64, 512, dtype=torch.uint8)
+    wide[:, ::2] = qt.codes
+    strided = wide[:, ::2]
+    assert not strided.is_contiguous()
+    got = dequantize_triton(strided, qt.scale_codes, None, fmt, 1)
+    assert np.array_equal(_bits(got.numpy()), _bits(dequantize_reference(quantize_reference(x, fmt))))
+    with pytest.raises(InputError, match="scale codes have shape"):
+        dequantize_triton(qt.codes, qt.scale_codes[:, :4], None, fmt, 1)
+
+
 def test_rht_matches_reference():
     x = make_input("random", 32, 512, seed=9)
     for n in (16, 64, 256):

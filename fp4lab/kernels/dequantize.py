@@ -156,6 +156,7 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     from fp4lab.kernels.quantize import _tile_shape
 
     check_device(codes, "dequantize")
+    codes = codes.contiguous()  # the kernel indexes the row-major layout
     shape = tuple(codes.shape[:-1]) + ((codes.shape[-1] * 2,) if packed else (codes.shape[-1],))
     view = BlockView.for_format(shape, fmt, axis)
     two_d = fmt.block is not None and fmt.block.is_2d
@@ -170,7 +171,10 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     out_dtype = out_dtype or torch.float32
     out = torch.empty(shape, dtype=torch.int16 if out_dtype == torch.bfloat16 else torch.float32, device=dev)
     signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
-    sc = scale_codes if sp.method else device_array(np.zeros(1, np.uint8), dev)  # unread without scales
+    if sp.method and tuple(scale_codes.shape) != tuple(view.scale_shape):
+        raise InputError(f"dequantize: scale codes have shape {tuple(scale_codes.shape)}; format '{fmt.name}' on a "
+                         f"{shape} tensor blocked along axis {view.axis} needs {tuple(view.scale_shape)}")
+    sc = scale_codes.contiguous() if sp.method else device_array(np.zeros(1, np.uint8), dev)  # unread without scales
     if sc.dtype == torch.uint16:
         sc = sc.view(torch.int16)
     two_level = sp.two_level and apply_tensor_scale
