@@ -184,7 +184,7 @@ def test_dequantize_fp32_bf16_and_inverse_rht(name):
 
 def test_dequantize_strided_codes_and_wrong_scale_shape():
     """A non-contiguous view of the codes gives the same values as a contiguous copy; scale codes of the wrong
-    shape are refused with a one-line message instead of being read out of bounds."""
+    shape (read out of bounds before) and a missing tensor scale are refused with a one-line message."""
     from fp4lab.kernels.dequantize import dequantize_triton
 
     fmt = fp4lab.get_format("mxfp4")
@@ -198,6 +198,10 @@ def test_dequantize_strided_codes_and_wrong_scale_shape():
     assert np.array_equal(_bits(got.numpy()), _bits(dequantize_reference(quantize_reference(x, fmt))))
     with pytest.raises(InputError, match="scale codes have shape"):
         dequantize_triton(qt.codes, qt.scale_codes[:, :4], None, fmt, 1)
+    nv = fp4lab.get_format("nvfp4")
+    qn = quantize_cuda(torch.from_numpy(x), nv)
+    with pytest.raises(InputError, match="has a tensor scale"):
+        dequantize_triton(qn.codes, qn.scale_codes, None, nv, 1)
 
 
 def test_rht_matches_reference():

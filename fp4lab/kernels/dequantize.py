@@ -178,6 +178,9 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     if sc.dtype == torch.uint16:
         sc = sc.view(torch.int16)
     two_level = sp.two_level and apply_tensor_scale
+    if two_level and tensor_scale is None:
+        raise InputError(f"dequantize: format '{fmt.name}' has a tensor scale; pass tensor_scale "
+                         "(or apply_tensor_scale=False)")
     ts = tensor_scale.reshape(1).to(torch.float32) if two_level else scratch_f32(dev)  # unread unless two-level
     opts = {} if interpreting() else {"enable_fp_fusion": False}
     if tile is not None and len(tile) > 2 and not interpreting():
