@@ -247,6 +247,10 @@ def test_gemm_errors():
         gemm(qa, qa, mode="fastest")
     with pytest.raises(InputError):
         gemm(quantize_cuda(x, "nf4-b64-fp32"), quantize_cuda(x, "nf4-b64-fp32"))
+    from dataclasses import replace
+
+    with pytest.raises(InputError, match="scale_codes has shape"):
+        gemm(qa, replace(qa, scale_codes=qa.scale_codes[:, :1]))
 
 
 def test_swizzle_128x4_layout():

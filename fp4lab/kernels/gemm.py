@@ -136,6 +136,14 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     if K != K2:
         raise InputError(f"gemm: K differs: qa is {qa.shape}, qb is {qb.shape}")
     sp = scale_params(fmt)
+    if sp.method:
+        from fp4lab.emulator.blocks import BlockView
+
+        for q, nm in ((qa, "qa"), (qb, "qb")):
+            want = tuple(BlockView.for_format(q.shape, fmt, 1).scale_shape)
+            if tuple(q.scale_codes.shape) != want:
+                raise InputError(f"gemm: {nm}.scale_codes has shape {tuple(q.scale_codes.shape)}; format "
+                                 f"'{fmt.name}' on a {q.shape} tensor needs {want}")
     dev = qa.codes.device
     f32 = torch.float32
     one = torch.ones(1, dtype=f32, device=dev)
