@@ -198,6 +198,8 @@ def test_dequantize_strided_codes_and_wrong_scale_shape():
     assert np.array_equal(_bits(got.numpy()), _bits(dequantize_reference(quantize_reference(x, fmt))))
     with pytest.raises(InputError, match="scale codes have shape"):
         dequantize_triton(qt.codes, qt.scale_codes[:, :4], None, fmt, 1)
+    with pytest.raises(InputError, match="expected torch.uint8"):
+        dequantize_triton(qt.codes.float(), qt.scale_codes, None, fmt, 1)
     nv = fp4lab.get_format("nvfp4")
     qn = quantize_cuda(torch.from_numpy(x), nv)
     with pytest.raises(InputError, match="has a tensor scale"):

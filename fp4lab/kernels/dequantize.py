@@ -156,6 +156,8 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     from fp4lab.kernels.quantize import _tile_shape
 
     check_device(codes, "dequantize")
+    if codes.dtype != torch.uint8:
+        raise InputError(f"dequantize: codes have dtype {codes.dtype}; expected torch.uint8 (as quantize returns them)")
     codes = codes.contiguous()  # the kernel indexes the row-major layout
     shape = tuple(codes.shape[:-1]) + ((codes.shape[-1] * 2,) if packed else (codes.shape[-1],))
     view = BlockView.for_format(shape, fmt, axis)
