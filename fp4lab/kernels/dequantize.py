@@ -37,7 +37,8 @@ def _bf16_pair_rtne(ve, vo):
 
 
 @triton.jit
-def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, svals_ptr, signs_ptr, rscale, M, K, K2, INNER,
+def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, svals_ptr, signs_ptr, rscale,
+                       M, K, K2, INNER,
                        BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
                        TWO_D: tl.constexpr, INNER1: tl.constexpr, PACKED: tl.constexpr, WORDS: tl.constexpr,
                        SCALED: tl.constexpr, TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr,

@@ -177,7 +177,8 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     c = torch.empty((M, N), dtype=f32, device=dev)
     opts = {} if interp else {"enable_fp_fusion": False, "num_warps": warps, "num_stages": stages}
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
-    _gemm_kernel[grid](qa.codes.contiguous(), qb.codes.contiguous(), sa.contiguous(), sb.contiguous(), tsa, tsb, c, device_array(fmt.element.values.astype(np.float32), dev),
+    _gemm_kernel[grid](qa.codes.contiguous(), qb.codes.contiguous(), sa.contiguous(), sb.contiguous(), tsa, tsb, c,
+                       device_array(fmt.element.values.astype(np.float32), dev),
                        device_array(sp.svals, dev), M, N, K, BM=bm, BN=bn, BK=bk, BS=max(bs, 1), TR=tr, GROUP_M=8,
                        GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, SCALED=sp.method != 0, SKIND=sp.skind,
                        SBIAS=sp.sbias, SNAN=sp.snan, TWO_LEVEL=sp.two_level, FOLD=plan == "fold", INTERP=interp,

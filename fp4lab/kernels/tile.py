@@ -1,12 +1,13 @@
-"""Triton device helpers shared by the kernels: bit tricks, table counts, element/scale encoding, RHT butterflies.
+"""Triton device helpers shared by the kernels: tile indices, bit tricks, table counts, element/scale encoding, RHT.
 
 Everything here is bit-exact between the GPU and ``TRITON_INTERPRET=1``: integer/bit operations, IEEE fp32
 add/mul/compare, ``tl.div_rn`` (never ``/``), table lookups with ``tl.load``; no ``.to(bf16/fp8)``, no libdevice,
 no ``tl.sum``/``tl.dot`` on inexact data. Kernels are launched with ``enable_fp_fusion=False`` so no ``a*b+c`` is
 contracted to an FMA; an explicit ``tl.fma`` appears only where its product is exact (a power-of-two multiple),
 so the GPU's single rounding equals the interpreter's mul-then-add. (The one GPU-only operation, dequantize's
-fp32 -> bf16 conversion, is IEEE round-to-nearest-even in hardware and has an integer twin for the interpreter.) Float ``tl.minimum``/``tl.maximum`` take ``propagate_nan=ALL``: the GPU's default
-``min.f32`` returns the non-NaN operand, numpy (the reference and the interpreter) returns NaN.
+fp32 -> bf16 conversion, is IEEE round-to-nearest-even in hardware and has an integer twin for the interpreter.)
+Float ``tl.minimum``/``tl.maximum`` take ``propagate_nan=ALL``: the GPU's default ``min.f32`` returns the non-NaN
+operand, numpy (the reference and the interpreter) returns NaN.
 """
 
 from __future__ import annotations
