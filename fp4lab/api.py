@@ -62,21 +62,26 @@ def quantize(
     axis: int = -1,
     rht: int | None = None,
     rht_seed: int = 0,
+    *,
+    sr_bits: int = 24,
 ) -> QuantizedTensor:
     """Quantize ``x`` (numpy array or torch tensor) with format ``fmt`` (name, spec-file path or QuantFormat).
 
     ``rounding``: None (the format's default), "rtne", "rtna", "rtnz", "rtz" or "sr" (``seed`` drives it).
     ``rht``: rotate along the blocked axis with ``fp4lab.rht(size=rht, seed=rht_seed)`` before scaling.
+    ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
     """
     fmt = get_format(fmt)
     if _is_torch(x) and x.is_cuda:
         from fp4lab.kernels.api import quantize_cuda
 
-        return quantize_cuda(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed)
+        return quantize_cuda(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed,
+                             sr_bits=sr_bits)
     from fp4lab.emulator.quantize import quantize_emulated
 
     arr = _to_float32_numpy(x, "quantize")
-    qt = quantize_emulated(arr, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed)
+    qt = quantize_emulated(arr, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed,
+                           sr_bits=sr_bits)
     return _torch_fields(qt) if _is_torch(x) else qt
 
 

@@ -15,7 +15,8 @@ block amax / NaN / Inf flags from the float32 bits (``nb_encode.block_stats``), 
 (``nb_encode.chunk_scales``), the scaled elements exactly as ``ref_quantize.scale_elements`` rounded onto the grid
 (``nb_encode.scale_encode_fused`` where ``nb_tables`` allows it, else ``scale_elements`` + ``encode_run``), and
 for several targets the float32 squared error in element order (ties keep the first target).
-SR draws: the element at flat index i uses word ``i % 4`` of ``philox4x32_10(seed, i // 4)`` shifted right by 8.
+SR draws: the element at flat index i uses the comparand of ``philox.sr_random_bits_reference`` at width ``sr_bits``
+(24: word ``i % 4`` of ``philox4x32_10(seed, i // 4)`` shifted right by 8).
 """
 
 from __future__ import annotations
@@ -31,15 +32,12 @@ from fp4lab.emulator.nb_encode import (
     ABS_MASK, block_errors, block_stats, chunk_scales, encode_run, scale_elements, scale_encode_fused,
 )
 from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_FUSED, P_NTARGETS
-from fp4lab.emulator.philox import philox4x32_10
+from fp4lab.emulator.philox import philox4x32_10, sr_call_and_word, sr_comparand
 
 CHUNK = 16384  # elements per work item (blocks are never split)
 NJP = dict(cache=True, error_model="numpy", parallel=True)
 EXP_MASK = np.uint32(0x7F800000)
 U_MASK32 = np.uint64(0xFFFFFFFF)
-U_2 = np.uint64(2)
-U_3 = np.uint64(3)
-U_8 = np.uint32(8)
 U_32 = np.uint64(32)
 
 
@@ -121,8 +119,8 @@ def _scatter(src, dst, base0, nb, geo):
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi):
-    """24-bit SR draws of a work item's elements, in block-element order; one Philox call per 4 flat indices."""
+def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits):
+    """SR comparands of a work item's elements, in block-element order; one Philox call per call index."""
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
     g_last = np.uint64(0)
     w = philox4x32_10(seed_lo, seed_hi, g_last, g_last)
@@ -132,17 +130,17 @@ def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi):
         for r in range(rows):
             p = base + r * s_row
             for q in range(cw):
-                flat = np.uint64(p + q * s_col)
-                g = flat >> U_2
+                flat = p + q * s_col
+                g, j = sr_call_and_word(flat, sr_bits)
                 if g != g_last:
                     w = philox4x32_10(seed_lo, seed_hi, g & U_MASK32, g >> U_32)
                     g_last = g
-                rnd[k] = w[flat & U_3] >> U_8
+                rnd[k] = sr_comparand(w[j], flat, sr_bits)
                 k += 1
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
                    ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """One work item of ``quantize_blocks`` (a separate function: loops inside a prange body do not vectorize)."""
     bs = ip[P_BS]
@@ -163,7 +161,7 @@ def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gm
     cnt = np.empty(nel if unfused else 1, np.int32)
     rnd = np.empty(nel if sr else 1, np.uint32)
     if sr:
-        _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi)
+        _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits)
     if contiguous and ntg == 1:
         cand = codes[base0:base0 + nel]
     else:
@@ -206,7 +204,7 @@ def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gm
 
 
 @numba.njit(**NJP)
-def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
                     ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """Quantize flat float32 ``x`` block by block: element codes into ``codes`` (flat, x's layout), scale codes
     (uint32) and decoded scales into ``scode_out`` / ``s_out`` (flat scale layout). ``ts``: decode tensor
@@ -214,12 +212,12 @@ def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul
     cpb = max(1, CHUNK // ip[P_BS])
     n_items = geo[0] * geo[1] * ((geo[2] + cpb - 1) // cpb)
     for w in prange(n_items):
-        _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+        _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
                        ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
 
 
 @numba.njit(**NJP)
-def encode_flat(x, codes, seed_lo, seed_hi, ip, fp, ethr, ecodes):
+def encode_flat(x, codes, seed_lo, seed_hi, sr_bits, ip, fp, ethr, ecodes):
     """Element-only formats: round every element of flat float32 ``x`` onto the grid (no scale)."""
     n = x.shape[0]
     sr = ip[P_ENC] == ENC_SR
@@ -231,7 +229,7 @@ def encode_flat(x, codes, seed_lo, seed_hi, ip, fp, ethr, ecodes):
         cnt = np.empty(m, np.int32)
         rnd = np.empty(m if sr else 1, np.uint32)
         if sr:
-            _sr_draws(rnd, lo, m, geo, seed_lo, seed_hi)
+            _sr_draws(rnd, lo, m, geo, seed_lo, seed_hi, sr_bits)
         encode_run(x[lo:lo + m], codes[lo:lo + m], rnd, m, ip, fp, ethr, ecodes, cnt)
 
 

@@ -7,9 +7,11 @@ Each round: ``c0' = umulhi(B, c2) ^ c1 ^ k0``, ``c2' = umulhi(A, c0) ^ c3 ^ k1``
 Public names:
   ``philox4x32(seed, offsets)`` / ``philox4x32_reference``: arrays, result shape ``(4, *offsets.shape)``
   (row w = word w of ``tl.randint4x``).
-  ``sr_random_bits(seed, n)`` / ``sr_random_bits_reference``: the stochastic-rounding bits of elements 0..n-1.
-  ``philox4x32_10(seed_lo, seed_hi, c0, c1)`` and ``sr_bits_for(seed_lo, seed_hi, i)``: njit scalars for
-  inlining into other numba code; get ``seed_lo, seed_hi`` from ``split_seed(seed)``.
+  ``sr_random_bits(seed, n, bits)`` / ``sr_random_bits_reference``: the stochastic-rounding draws of elements
+  0..n-1 at a random-bit width of 24 (the default), 16, 8 or 4 bits per element.
+  ``philox4x32_10(seed_lo, seed_hi, c0, c1)``, ``sr_call_and_word(i, bits)``, ``sr_comparand(w, i, bits)`` and
+  ``sr_bits_for(seed_lo, seed_hi, i, bits)``: njit scalars for inlining into other numba code; get
+  ``seed_lo, seed_hi`` from ``split_seed(seed)``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ ROUND_A = 0xD2511F53  # multiplier applied to c0
 ROUND_B = 0xCD9E8D57  # multiplier applied to c2
 KEY_A = 0x9E3779B9  # added to k0 after every round
 KEY_B = 0xBB67AE85  # added to k1 after every round
-SR_BITS = 24  # random bits per element for stochastic rounding: word >> 8
+SR_BITS = 24  # default random bits per element for stochastic rounding: word >> 8
+SR_WIDTHS = (4, 8, 16, 24)  # allowed random-bit widths (``sr_bits``)
 
 _MASK32 = 0xFFFFFFFF
 
@@ -97,13 +100,41 @@ def philox4x32_reference(seed: int, offsets: np.ndarray) -> np.ndarray:
     return philox_rounds_reference(c0, c1, zero, zero, lo, hi)
 
 
-def sr_random_bits_reference(seed: int, n: int) -> np.ndarray:
-    """Stochastic-rounding bits of flat elements 0..n-1: element i takes word (i % 4) of
-    ``randint4x(seed, i // 4)`` shifted right by 8 (24 random bits). uint32 array of length n."""
+def check_sr_bits(bits: int) -> int:
+    """``bits`` if it is an allowed stochastic-rounding width (``SR_WIDTHS``), else an InputError."""
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in SR_WIDTHS:
+        raise InputError(f"sr_bits must be one of {', '.join(map(str, SR_WIDTHS))}, got {bits!r}")
+    return int(bits)
+
+
+def sr_elements_per_call(bits: int) -> int:
+    """Elements served by one ``randint4x`` call at width ``bits``: 4 at 24 bits, else 4 * 32 / bits."""
+    return 4 if bits == SR_BITS else 4 * (32 // bits)
+
+
+def sr_random_bits_reference(seed: int, n: int, bits: int = SR_BITS) -> np.ndarray:
+    """Stochastic-rounding draws of flat elements 0..n-1 as 24-bit comparands (uint32 array of length n).
+
+    ``bits`` = 24 (the default contract): element i takes word ``i % 4`` of ``randint4x(seed, i // 4)`` shifted
+    right by 8. ``bits`` = w in (4, 8, 16): one call serves ``e = 4 * 32 / w`` consecutive elements; element i
+    takes field ``f = i % (32 / w)`` (bits ``w*f .. w*f + w - 1``, the low field first) of word
+    ``(i // (32 / w)) % 4`` of ``randint4x(seed, i // e)``: a w-bit integer r. Its comparand is
+    ``r << (24 - w) | (2^(24 - w) - 1)``, so the encoders' 24-bit rule ``up iff floor(p * 2^24) > comparand`` is
+    exactly ``up iff floor(p * 2^w) > r``.
+    """
     if n < 0:
         raise InputError(f"n must be >= 0, got {n}")
-    words = philox4x32_reference(seed, np.arange((n + 3) // 4, dtype=np.uint64))
-    return (words.T.reshape(-1)[:n] >> np.uint32(8)).astype(np.uint32)
+    bits = check_sr_bits(bits)
+    if bits == SR_BITS:
+        words = philox4x32_reference(seed, np.arange((n + 3) // 4, dtype=np.uint64))
+        return (words.T.reshape(-1)[:n] >> np.uint32(8)).astype(np.uint32)
+    per = 32 // bits
+    e = 4 * per
+    words = philox4x32_reference(seed, np.arange((n + e - 1) // e, dtype=np.uint64))  # (4, calls)
+    flat = words.T.reshape(-1)  # word (call, j) at 4 * call + j: element i's word is i // per
+    i = np.arange(n, dtype=np.int64)
+    r = (flat[i // per] >> ((i % per) * bits).astype(np.uint32)) & np.uint32((1 << bits) - 1)
+    return ((r << np.uint32(24 - bits)) | np.uint32((1 << (24 - bits)) - 1)).astype(np.uint32)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -138,13 +169,32 @@ def philox4x32_10(seed_lo, seed_hi, c0, c1):
 
 
 @numba.njit(cache=True)
-def sr_bits_for(seed_lo, seed_hi, i):
-    """24 stochastic-rounding bits (uint32) of flat element i: word (i % 4) of randint4x(seed, i // 4) >> 8.
-    Costs one full Philox call; loops over consecutive elements should call ``philox4x32_10`` once per 4."""
-    ii = np.uint64(i)
-    off = ii >> _U_2
-    w = philox4x32_10(seed_lo, seed_hi, off & _U_MASK, off >> _U_32)
-    return np.uint32(np.uint64(w[ii & _U_3]) >> _U_8)
+def sr_comparand(w, i, bits):
+    """24-bit SR comparand of flat element i from its Philox word ``w`` (see ``sr_random_bits_reference``)."""
+    if bits == 24:
+        return np.uint32(np.uint32(w) >> np.uint32(8))
+    per = np.int64(32 // bits)
+    r = (np.uint32(w) >> np.uint32((np.int64(i) % per) * bits)) & np.uint32((1 << bits) - 1)
+    return np.uint32((r << np.uint32(24 - bits)) | np.uint32((1 << (24 - bits)) - 1))
+
+
+@numba.njit(cache=True)
+def sr_call_and_word(i, bits):
+    """(Philox call index, word index 0..3) that feed flat element i at width ``bits``."""
+    ii = np.int64(i)
+    if bits == 24:
+        return np.uint64(ii >> 2), np.uint64(ii & 3)
+    per = np.int64(32 // bits)
+    return np.uint64(ii // (4 * per)), np.uint64((ii // per) & 3)
+
+
+@numba.njit(cache=True)
+def sr_bits_for(seed_lo, seed_hi, i, bits=24):
+    """24-bit SR comparand (uint32) of flat element i at width ``bits``. Costs one full Philox call; loops over
+    consecutive elements should call ``philox4x32_10`` once per call index (``sr_call_and_word``)."""
+    g, j = sr_call_and_word(i, bits)
+    w = philox4x32_10(seed_lo, seed_hi, g & _U_MASK, g >> _U_32)
+    return sr_comparand(w[j], i, bits)
 
 
 @numba.njit(cache=True)
@@ -159,12 +209,15 @@ def _philox4x32_flat(seed_lo, seed_hi, off, out):
 
 
 @numba.njit(cache=True)
-def _sr_bits_flat(seed_lo, seed_hi, out):
-    n = out.shape[0]
-    for g in range((n + 3) // 4):
-        w = philox4x32_10(seed_lo, seed_hi, np.uint64(g) & _U_MASK, np.uint64(g) >> _U_32)
-        for k in range(min(4, n - 4 * g)):
-            out[4 * g + k] = w[k] >> np.uint32(8)
+def _sr_bits_flat(seed_lo, seed_hi, out, bits):
+    g_last = np.uint64(0)
+    w = philox4x32_10(seed_lo, seed_hi, g_last, g_last)
+    for i in range(out.shape[0]):
+        g, j = sr_call_and_word(i, bits)
+        if g != g_last:
+            w = philox4x32_10(seed_lo, seed_hi, g & _U_MASK, g >> _U_32)
+            g_last = g
+        out[i] = sr_comparand(w[j], i, bits)
 
 
 def philox4x32(seed: int, offsets: np.ndarray) -> np.ndarray:
@@ -176,11 +229,12 @@ def philox4x32(seed: int, offsets: np.ndarray) -> np.ndarray:
     return out.reshape((4, *off.shape))
 
 
-def sr_random_bits(seed: int, n: int) -> np.ndarray:
-    """Numba twin of ``sr_random_bits_reference``: uint32 array of length n, 24 random bits each."""
+def sr_random_bits(seed: int, n: int, bits: int = SR_BITS) -> np.ndarray:
+    """Numba twin of ``sr_random_bits_reference``: uint32 array of length n (24-bit comparands)."""
     if n < 0:
         raise InputError(f"n must be >= 0, got {n}")
+    bits = check_sr_bits(bits)
     lo, hi = split_seed(seed)
     out = np.empty(n, dtype=np.uint32)
-    _sr_bits_flat(np.uint64(lo), np.uint64(hi), out)
+    _sr_bits_flat(np.uint64(lo), np.uint64(hi), out, bits)
     return out

@@ -13,7 +13,7 @@ from fp4lab.emulator.nb_quantize import (
     Geometry, decode_flat, dequantize_blocks, encode_flat, finite_amax, quantize_blocks,
 )
 from fp4lab.emulator.nb_tables import tables_for
-from fp4lab.emulator.philox import split_seed
+from fp4lab.emulator.philox import SR_BITS, check_sr_bits, split_seed
 from fp4lab.emulator.ref_quantize import check_rounding, dequantize_reference, quantize_reference, tensor_scales
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.quantized import QuantizedTensor
@@ -47,10 +47,12 @@ def _uses_reference(fmt: QuantFormat) -> bool:
 
 
 def quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None = None, seed: int = 0, axis: int = -1,
-                      rht: int | None = None, rht_seed: int = 0) -> QuantizedTensor:
+                      rht: int | None = None, rht_seed: int = 0, sr_bits: int = SR_BITS) -> QuantizedTensor:
     """Quantize a float32 numpy array with ``fmt``: bit-identical to ``quantize_reference``."""
+    sr_bits = check_sr_bits(sr_bits)
     if _uses_reference(fmt):
-        return quantize_reference(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed)
+        return quantize_reference(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed,
+                                  sr_bits=sr_bits)
     from fp4lab.emulator.rht import rht as rht_numba
 
     mode = check_rounding(rounding, fmt)
@@ -62,7 +64,7 @@ def quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None = No
     tab = tables_for(fmt, mode)
     codes = np.empty(x.shape, np.uint8)
     if fmt.scale_rule.method == "none":
-        encode_flat(x.reshape(-1), codes.reshape(-1), seed_lo, seed_hi, tab.ip, tab.fp, tab.ethr, tab.ecodes)
+        encode_flat(x.reshape(-1), codes.reshape(-1), seed_lo, seed_hi, sr_bits, tab.ip, tab.fp, tab.ethr, tab.ecodes)
         return QuantizedTensor(codes, np.zeros((0,), np.uint8), np.zeros((0,), F32), None, fmt, view.axis, mode,
                                seed, rht, rht_seed)
     ts, g = _tensor_scales(x, fmt)
@@ -73,7 +75,7 @@ def quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None = No
     two_level = ts is not None
     ts32 = F32(ts) if two_level else F32(1.0)
     quantize_blocks(x.reshape(-1), codes.reshape(-1), scode, scales, geo.ints(), ts32, F32(1.0) / ts32, two_level,
-                    _encode_multipliers(fmt, g), seed_lo, seed_hi, *tab.args())
+                    _encode_multipliers(fmt, g), seed_lo, seed_hi, sr_bits, *tab.args())
     sdtype = fmt.scale.code_dtype
     scale_codes = scode if sdtype == np.uint32 else scode.astype(sdtype)
     return QuantizedTensor(

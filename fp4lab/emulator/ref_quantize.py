@@ -172,8 +172,10 @@ def quantize_reference(
     axis: int = -1,
     rht: int | None = None,
     rht_seed: int = 0,
+    sr_bits: int = 24,
 ) -> QuantizedTensor:
-    """Quantize a float32 numpy array with ``fmt`` (see the module docstring for the exact arithmetic)."""
+    """Quantize a float32 numpy array with ``fmt`` (see the module docstring for the exact arithmetic).
+    ``sr_bits``: random bits per element of stochastic rounding (``philox.sr_random_bits_reference``)."""
     from fp4lab.emulator.philox import sr_random_bits_reference
     from fp4lab.emulator.rht import rht_reference
 
@@ -182,7 +184,7 @@ def quantize_reference(
     view = BlockView.for_format(x.shape, fmt, axis)
     if rht is not None:
         x = rht_reference(x, size=rht, seed=rht_seed, axis=view.axis)
-    rand = sr_random_bits_reference(seed, x.size).reshape(x.shape) if mode == "sr" else None
+    rand = sr_random_bits_reference(seed, x.size, sr_bits).reshape(x.shape) if mode == "sr" else None
     xb = view.to_blocks(x)
     rb = view.to_blocks(rand) if rand is not None else None
     if fmt.scale_rule.method == "none":

@@ -259,66 +259,49 @@ def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
 
 
 @triton.jit
-def _quantize_kernel(
-    x_ptr, codes_ptr, sc_ptr, s_ptr, amax_ptr, ts_ptr,
+def tensor_scale(amax_t, ts_den, ENCODE: tl.constexpr):
+    """(ts, g) of a two-level format from the tensor amax (ref_quantize.tensor_scales): decode scale ts and, for
+    "encode" arithmetic, the encode scale g (1 otherwise)."""
+    if ENCODE:
+        g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX, propagate_nan=tl.PropagateNan.ALL),
+                     1.0)
+        g = tl.where(g > 0.0, g, 1.0)
+        ts = tl.div_rn(1.0, g)
+    else:
+        g = 1.0
+        ts = tl.div_rn(amax_t, ts_den)
+        ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
+    return ts, g
+
+
+@triton.jit
+def quantize_halves(
+    xe, xo, re, ro, ts, g,
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
     nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-    tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-    ts_den, min_s, max_s, zero_code, inf_code, snan_code,
-    signs_ptr, rscale, M, K, K2, INNER, seed,
-    BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
-    IN_KIND: tl.constexpr, INNER1: tl.constexpr, WORDS: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
+    tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
+    BM: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
     N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, FAST_RAND: tl.constexpr,
-    RHT_N: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
+    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr,
+    METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
     EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
     SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
     POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
 ):
-    """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
-    load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
-    C2: tl.constexpr = BK // 2
+    """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
+    (METHOD != 0; tensor scale ts and encode scale g of two-level formats): (code_e, code_o [BM, C2], scale codes,
+    decoded scales [blocks of the tile]); element-only formats return zero-sized scale placeholders (0, 1)."""
     TH: tl.constexpr = TC // 2
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
-    if WORDS:
-        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
-        xe = f32_of(w << 16)
-        xo = f32_of(w & -65536)
-    else:
-        xe = load_f32(x_ptr, addr_e, me, IN_KIND)
-        xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
-    if RHT_N > 0:
-        xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
-    if SR:
-        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND)
-    else:
-        re = addr_e
-        ro = addr_o
     if METHOD == 0:
         code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
                          inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
         code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
                          inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
+        return code_e, code_o, 0, 1.0
     else:
-        ts = 1.0
-        g = 1.0
-        if TWO_LEVEL:
-            amax_t = tl.load(amax_ptr)
-            if ENCODE:
-                g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX, propagate_nan=tl.PropagateNan.ALL),
-                             1.0)
-                g = tl.where(g > 0.0, g, 1.0)
-                ts = tl.div_rn(1.0, g)
-            else:
-                ts = tl.div_rn(amax_t, ts_den)
-                ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
-            if (pid_m == 0) & (pid_k == 0):
-                tl.store(ts_ptr, ts)
         eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
         ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
         reb = _blocks(re, BM, C2, TR, TH, TWO_D)
@@ -371,8 +354,63 @@ def _quantize_kernel(
                 best_sc = tl.where(take, sc, best_sc)
                 best_S = tl.where(take, S, best_S)
                 best_err = tl.where(take, err, best_err)
-        code_e = tl.reshape(best_e, [BM, C2])
-        code_o = tl.reshape(best_o, [BM, C2])
+        return tl.reshape(best_e, [BM, C2]), tl.reshape(best_o, [BM, C2]), best_sc, best_S
+
+
+@triton.jit
+def _quantize_kernel(
+    x_ptr, codes_ptr, sc_ptr, s_ptr, amax_ptr, ts_ptr,
+    thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
+    nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
+    tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
+    ts_den, min_s, max_s, zero_code, inf_code, snan_code,
+    signs_ptr, rscale, M, K, K2, INNER, seed,
+    BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+    IN_KIND: tl.constexpr, INNER1: tl.constexpr, WORDS: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
+    N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
+    N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
+    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, FAST_RAND: tl.constexpr,
+    SRW: tl.constexpr, RHT_N: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
+    EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
+    SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
+    STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
+    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
+    POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
+):
+    """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
+    load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
+    C2: tl.constexpr = BK // 2
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
+    if WORDS:
+        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
+        xe = f32_of(w << 16)
+        xo = f32_of(w & -65536)
+    else:
+        xe = load_f32(x_ptr, addr_e, me, IN_KIND)
+        xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
+    if RHT_N > 0:
+        xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
+    if SR:
+        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND, SRW)
+    else:
+        re = addr_e
+        ro = addr_o
+    ts = 1.0
+    g = 1.0
+    if TWO_LEVEL:
+        ts, g = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE)
+        if (pid_m == 0) & (pid_k == 0):
+            tl.store(ts_ptr, ts)
+    code_e, code_o, best_sc, best_S = quantize_halves(
+        xe, xo, re, ro, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
+        nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
+        min_s, max_s, zero_code, inf_code, snan_code, BM, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
+        N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
+        SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS,
+        POW2_GAPS, FB, QDIV, LEAN_OK)
+    if METHOD != 0:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:
@@ -418,7 +456,7 @@ def _tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_
 
 
 def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
-                    tensor_amax=None, store_scales=True, swizzle=False, tile=None):
+                    tensor_amax=None, store_scales=True, swizzle=False, tile=None, sr_bits=24):
     """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
 
     Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
@@ -426,11 +464,13 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
     ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
     scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
-    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]).
+    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]); ``sr_bits``: random bits per element of SR
+    (``fp4lab.emulator.philox.sr_random_bits_reference``).
     """
     import torch
 
     from fp4lab.emulator.blocks import BlockView
+    from fp4lab.emulator.philox import check_sr_bits, sr_elements_per_call
     from fp4lab.emulator.ref_quantize import check_rounding
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
@@ -482,7 +522,8 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
     if sp.two_level:  # the kernel's first program stores the tensor scale
         ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
-    fast_rand = inner1 and mv.K % 4 == 0 and bk % 4 == 0
+    per_call = sr_elements_per_call(check_sr_bits(sr_bits))
+    fast_rand = inner1 and mv.K % per_call == 0 and bk % per_call == 0
     words = in_kind == 1 and inner1 and mv.K % 2 == 0
     xk = xin.view(torch.int32) if words else xin
     if sp.method and tc < 2:
@@ -511,7 +552,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             STORE_S=bool(sp.method and store_scales), N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl,
             N_TG=int(sp.targets.size), N_STAB=n_stab, L_STAB=l_stab, N_SCPOS=int(sp.scpos.size),
             PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow, SR=mode == "sr", FAST_RAND=fast_rand,
-            RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax,
+            SRW=int(sr_bits), RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax,
             SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv,
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,

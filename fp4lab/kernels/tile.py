@@ -470,19 +470,63 @@ def rht_pairs(e, o, signs_ptr, cols_e, rscale, R: tl.constexpr, C2: tl.constexpr
 
 
 @triton.jit
-def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr):
-    """24 SR bits (int32) for the even and odd halves: word (i % 4) of randint4x(seed, i // 4) >> 8, i = address.
-    FAST (rows contiguous, K % 4 == 0, k0 % 4 == 0): one Philox call per 4 consecutive elements."""
-    if FAST:
-        g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C2 // 2))[None, :]
-        w0, w1, w2, w3 = tl.randint4x(seed, g)
-        re = tl.reshape(tl.join(w0, w2), [R, C2])
-        ro = tl.reshape(tl.join(w1, w3), [R, C2])
+def _sr_comparand(r, SRW: tl.constexpr):
+    """int32 24-bit comparand of a SRW-bit draw r: ``r << (24 - SRW) | (2^(24 - SRW) - 1)``."""
+    return (r << (24 - SRW)) | ((1 << (24 - SRW)) - 1)
+
+
+@triton.jit
+def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr):
+    """Even/odd-half comparands [R, C2] of the elements served by calls w0..w3 [R, C2 // (2 * PER)] of one
+    row, PER = 32 // SRW: call element o = 2t (+1 odd) takes field o % PER of word o // PER."""
+    PER: tl.constexpr = 32 // SRW
+    NC: tl.constexpr = C2 // (2 * PER)
+    t = tl.arange(0, 2 * PER)[None, None, :]
+    j = (2 * t) // PER
+    sel = tl.where(j == 0, w0[:, :, None], tl.where(j == 1, w1[:, :, None],
+                                                    tl.where(j == 2, w2[:, :, None], w3[:, :, None])))
+    mask: tl.constexpr = (1 << SRW) - 1
+    fe = ((2 * t) % PER) * SRW
+    fo = ((2 * t + 1) % PER) * SRW
+    re = tl.reshape((sel >> fe.to(tl.uint32)) & mask, [R, C2])
+    ro = tl.reshape((sel >> fo.to(tl.uint32)) & mask, [R, C2])
+    return _sr_comparand(re.to(tl.int32), SRW), _sr_comparand(ro.to(tl.int32), SRW)
+
+
+@triton.jit
+def _draw_at(seed, addr, SRW: tl.constexpr):
+    """24-bit comparand of the elements at flat offsets ``addr`` (one Philox call per element)."""
+    if SRW == 24:
+        a0, a1, a2, a3 = tl.randint4x(seed, addr // 4)
+        j = addr % 4
+        return (tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3))) >> 8).to(tl.int32)
     else:
-        a0, a1, a2, a3 = tl.randint4x(seed, addr_e // 4)
-        j = addr_e % 4
-        re = tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3)))
-        b0, b1, b2, b3 = tl.randint4x(seed, addr_o // 4)
-        j = addr_o % 4
-        ro = tl.where(j == 0, b0, tl.where(j == 1, b1, tl.where(j == 2, b2, b3)))
-    return (re >> 8).to(tl.int32), (ro >> 8).to(tl.int32)
+        PER: tl.constexpr = 32 // SRW
+        a0, a1, a2, a3 = tl.randint4x(seed, addr // (4 * PER))
+        j = (addr // PER) % 4
+        w = tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3)))
+        r = (w >> ((addr % PER) * SRW).to(tl.uint32)) & ((1 << SRW) - 1)
+        return _sr_comparand(r.to(tl.int32), SRW)
+
+
+@triton.jit
+def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr,
+                 SRW: tl.constexpr = 24):
+    """24-bit SR comparands (int32) for the even and odd halves at random-bit width SRW (the contract of
+    ``fp4lab.emulator.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
+    i = address). FAST (rows contiguous, K and k0 multiples of the elements per call): one Philox call per 4
+    (SRW = 24) or 4 * 32 / SRW consecutive elements."""
+    if FAST:
+        if SRW == 24:
+            g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C2 // 2))[None, :]
+            w0, w1, w2, w3 = tl.randint4x(seed, g)
+            re = tl.reshape(tl.join(w0, w2), [R, C2])
+            ro = tl.reshape(tl.join(w1, w3), [R, C2])
+            return (re >> 8).to(tl.int32), (ro >> 8).to(tl.int32)
+        else:
+            E: tl.constexpr = 4 * (32 // SRW)
+            g = rows[:, None] * (K // E) + (k0 // E + tl.arange(0, (2 * C2) // E))[None, :]
+            w0, w1, w2, w3 = tl.randint4x(seed, g)
+            return _narrow_fields(w0, w1, w2, w3, R, C2, SRW)
+    else:
+        return _draw_at(seed, addr_e, SRW), _draw_at(seed, addr_o, SRW)
