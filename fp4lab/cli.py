@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from fp4lab.errors import Fp4labError
 
-PLUGIN_MODULES = ("fp4lab.analysis.cli", "fp4lab.hwspec.cli", "fp4lab.kernels.cli")
+PLUGIN_MODULES = ("fp4lab.analysis.cli", "fp4lab.hwspec.cli", "fp4lab.kernels.cli", "fp4lab.recipes.cli")
 
 
 def _console() -> Any:

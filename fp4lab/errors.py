@@ -20,3 +20,7 @@ class UnknownFormatError(Fp4labError, LookupError):
 
 class InputError(Fp4labError, ValueError):
     """An input array has the wrong shape, dtype or values for the requested operation."""
+
+
+class UnknownRecipeError(Fp4labError, LookupError, ValueError):
+    """A recipe name is neither built in nor a readable recipe file."""

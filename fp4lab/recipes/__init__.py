@@ -1,6 +1,21 @@
-"""4-bit training recipes (bf16, the paper's E2M1 reference, UFP4, NVFP4, MXFP4) as drop-in PyTorch modules."""
+"""4-bit training recipes (bf16, the paper's E2M1 reference, UFP4, NVFP4, MXFP4): recipe data (no torch needed)
+and drop-in PyTorch modules (``QuantLinear``, ``quantize_model``; importing them imports torch)."""
 
-from fp4lab.recipes.config import BUILTIN_RECIPES, Recipe, get_recipe
-from fp4lab.recipes.linear import QuantLinear, fake_quantize, quantize_model
+from typing import Any
 
-__all__ = ["BUILTIN_RECIPES", "QuantLinear", "Recipe", "fake_quantize", "get_recipe", "quantize_model"]
+from fp4lab.errors import UnknownRecipeError
+from fp4lab.recipes.config import (BUILTIN_RECIPES, Recipe, get_recipe, list_recipes, load_recipe,
+                                   recipe_to_toml)
+
+_TORCH_NAMES = ("QuantLinear", "fake_quantize", "quantize_model")
+
+__all__ = ["BUILTIN_RECIPES", "QuantLinear", "Recipe", "UnknownRecipeError", "fake_quantize", "get_recipe",
+           "list_recipes", "load_recipe", "quantize_model", "recipe_to_toml"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_NAMES:
+        from fp4lab.recipes import linear
+
+        return getattr(linear, name)
+    raise AttributeError(f"module 'fp4lab.recipes' has no attribute '{name}'")

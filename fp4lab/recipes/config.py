@@ -8,17 +8,22 @@ A linear layer ``Y = X W^T`` (X: [M, K] tokens x inputs, W: [N, K]) runs three G
 
 ``rht`` lists the GEMMs whose two operands are rotated along the reduction axis with the same signs
 (``rht_size``, ``rht_seed``); ``sr`` lists the operands quantized with stochastic rounding (the paper: dY only).
+Recipes are TOML (or JSON) files; the built-ins live in ``fp4lab/recipes/builtin/<name>.toml``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fp4lab.errors import UnknownFormatError
+from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
 from fp4lab.formats.registry import get_format
+from fp4lab.formats.spec_io import load_model, model_to_toml
 
 Gemm = Literal["fprop", "dgrad", "wgrad"]
 Operand = Literal["x", "w", "dy"]
@@ -27,26 +32,51 @@ Operand = Literal["x", "w", "dy"]
 class Recipe(SpecModel):
     """A 4-bit training recipe. ``format = None`` keeps operands in bf16 (the unquantized baseline)."""
 
-    name: str
-    description: str = ""
-    format: str | None = Field(default=None, description="Format of every operand unless overridden below.")
+    name: str = Field(min_length=1, description="Recipe name.")
+    description: str = Field(default="", description="One line for people.")
+    format: str | None = Field(default=None, description="Format (name or spec file) of every operand unless "
+                               "overridden below; none: operands rounded to bf16, no quantization.")
     weight_format: str | None = Field(default=None, description="Format of W (e.g. a 16x16-tile format).")
     grad_format: str | None = Field(default=None, description="Format of dY.")
-    rht: list[Gemm] = Field(default_factory=list)
-    rht_size: int = 16
-    rht_seed: int = 0
-    sr: list[Operand] = Field(default_factory=lambda: ["dy"])
+    rht: list[Gemm] = Field(default_factory=list, description="GEMMs whose two operands are rotated by the "
+                            "Random Hadamard Transform along the reduction axis.")
+    rht_size: Literal[16, 32, 64, 128, 256] = Field(default=16, description="RHT block size.")
+    rht_seed: int = Field(default=0, ge=-2**63, lt=2**64, description="Philox seed of the RHT signs.")
+    rht_signs: Literal["fixed", "per_layer"] = Field(
+        default="fixed", description="RHT sign policy: 'fixed': every layer uses the signs of rht_seed; "
+        "'per_layer': each layer's signs come from rht_seed combined with the layer's qualified name.")
+    sr: list[Operand] = Field(default_factory=lambda: ["dy"],
+                              description="Operands quantized with stochastic rounding.")
+    sr_bits: Literal[4, 8, 16, 24] = Field(default=24, description="Random bits per element for stochastic "
+                                           "rounding.")
+    gemm_dtype: Literal["bf16", "fp32"] = Field(
+        default="bf16", description="dtype of the dequantized GEMM operands. 'bf16': each dequantized value "
+        "rounded to bf16 (RTNE; exact when element x block-scale products are bf16 numbers, as for nvfp4 with "
+        "its tensor scale folded into the GEMM output, mxfp4 and ufp4-e4m3; one extra rounding for FP32-scaled "
+        "formats such as ufp4 and e2m1-b16-fp32) and bf16 tensor-core GEMMs with fp32 accumulation; 'fp32': the "
+        "exact dequantized values and fp32 GEMMs (slow).")
+    high_precision: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="fnmatch-style patterns of qualified module names (as from "
+        "model.named_modules(), e.g. 'lm_head', 'layers.0.*', '*.head') whose linear layers stay in high "
+        "precision (not converted by quantize_model).")
+
+    @field_validator("format", "weight_format", "grad_format")
+    @classmethod
+    def _known_format(cls, fmt: str | None) -> str | None:
+        if fmt is not None:
+            try:
+                get_format(fmt)
+            except UnknownFormatError as exc:
+                raise ValueError(str(exc)) from None
+        return fmt
 
     @model_validator(mode="after")
-    def _validate(self) -> "Recipe":
-        for fmt in (self.format, self.weight_format, self.grad_format):
-            if fmt is not None:
-                try:
-                    get_format(fmt)
-                except UnknownFormatError as exc:
-                    raise ValueError(f"recipe '{self.name}': {exc}") from None
-        if self.format is None and (self.weight_format or self.grad_format or self.rht):
-            raise ValueError(f"recipe '{self.name}': weight/grad formats and RHT need a base 'format'")
+    def _needs_format(self) -> "Recipe":
+        if self.format is None:
+            given = [f for f in ("weight_format", "grad_format", "rht", "sr") if getattr(self, f)]
+            if given:
+                raise ValueError(f"format: required when {' and '.join(given)} {'is' if len(given) == 1 else 'are'}"
+                                 " set (a recipe without a format is the bf16 baseline: sr = [], rht = [])")
         return self
 
     def format_of(self, operand: Operand) -> str | None:
@@ -58,27 +88,49 @@ class Recipe(SpecModel):
         return self.format
 
 
-BUILTIN_RECIPES: dict[str, Recipe] = {
-    r.name: r
-    for r in (
-        Recipe(name="bf16", description="Unquantized baseline: operands rounded to bf16, fp32 accumulation.",
-               sr=[]),
-        Recipe(name="e2m1-ref", format="e2m1-b16-fp32", rht=["wgrad"], sr=["dy"],
-               description="The paper's tuned E2M1 reference: 1x16 FP32 scales, RHT-16 on WGRAD only, SR on dY."),
-        Recipe(name="ufp4", format="ufp4", rht=["fprop", "dgrad", "wgrad"], sr=["dy"],
-               description="UFP4 (paper): uniform E1M2 grid, 1x16 FP32 scales, RHT-16 on all GEMMs, SR on dY."),
-        Recipe(name="nvfp4", format="nvfp4", weight_format="nvfp4-2d", rht=["wgrad"], sr=["dy"],
-               description="NVFP4 recipe: two-level E4M3 scales, 16x16 weight tiles, RHT-16 on WGRAD, SR on dY."),
-        Recipe(name="mxfp4", format="mxfp4", rht=["wgrad"], sr=["dy"], rht_size=32,
-               description="MXFP4: E8M0 floor scales on 1x32 blocks, RHT-32 on WGRAD, SR on dY."),
-    )
-}
+# Built-ins in display order; every name has a file ``builtin/<name>.toml``.
+BUILTIN_NAMES: tuple[str, ...] = ("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4")
 
 
-def get_recipe(name: str | Recipe) -> Recipe:
-    """A built-in recipe by name (or ``name`` itself if it is a Recipe)."""
-    if isinstance(name, Recipe):
-        return name
-    if name not in BUILTIN_RECIPES:
-        raise ValueError(f"unknown recipe '{name}'; built-in recipes: {', '.join(BUILTIN_RECIPES)}")
-    return BUILTIN_RECIPES[name]
+def load_recipe(path: str | Path) -> Recipe:
+    """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file."""
+    return load_model(Recipe, path)
+
+
+def _load_builtins() -> dict[str, Recipe]:
+    folder = resources.files("fp4lab.recipes") / "builtin"
+    out: dict[str, Recipe] = {}
+    for name in BUILTIN_NAMES:
+        with resources.as_file(folder / f"{name}.toml") as path:
+            out[name] = load_recipe(path)
+            if out[name].name != name:
+                raise SpecError(f"{path}: built-in file declares name '{out[name].name}', expected '{name}'")
+    return out
+
+
+BUILTIN_RECIPES: dict[str, Recipe] = _load_builtins()
+
+
+def list_recipes() -> list[str]:
+    """Built-in recipe names in their documented order."""
+    return list(BUILTIN_NAMES)
+
+
+def get_recipe(recipe: str | Path | Recipe) -> Recipe:
+    """A built-in recipe by name, a recipe file by path, or ``recipe`` itself if it already is a ``Recipe``."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    key = str(recipe)
+    if key in BUILTIN_RECIPES:
+        return BUILTIN_RECIPES[key]
+    if Path(key).suffix.lower() in (".toml", ".json") or Path(key).is_file():
+        return load_recipe(key)
+    close = difflib.get_close_matches(key, BUILTIN_NAMES)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise UnknownRecipeError(f"unknown recipe '{key}': not built in and not a recipe file; {hint}"
+                             f"built-in recipes: {', '.join(BUILTIN_NAMES)}")
+
+
+def recipe_to_toml(recipe: Recipe) -> str:
+    """TOML text that ``load_recipe`` turns back into an equal recipe."""
+    return model_to_toml(recipe)

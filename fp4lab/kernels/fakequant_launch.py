@@ -1,0 +1,279 @@
+"""Host side of the fake-quantize kernel (``fakequant.py``): plans cached per (format, rounding, shape, dtype,
+blockings), launched through ``CachedLaunch``; a fallback through the quantize and dequantize kernels for what
+the fused kernel does not cover (2-D tiles along M, blocks of width 1, 3-D inputs).
+
+The bits of each output equal ``fp4lab.emulator.fakequant.fake_quantize_reference`` for the same arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fp4lab.errors import InputError
+from fp4lab.formats.quant_format import QuantFormat
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """One fake-quantized copy of a 2-D tensor: the RHT along the blocked axis first (``rht`` = size or None,
+    signs from ``rht_seed``), stochastic rounding from ``seed`` (unused by deterministic roundings)."""
+
+    rht: int | None = None
+    rht_seed: int = 0
+    seed: int = 0
+
+
+@dataclass
+class _Plan:
+    launch: Any  # CachedLaunch of the fused kernel
+    tables: tuple
+    signs_k: Any
+    signs_m: Any
+    grid: tuple[int, int]
+    fixed: tuple  # runtime scalars that depend on the format only, in kernel order
+    two_level: bool
+    amax_k: Any  # CachedLaunch of the amax pass per rotated view (two-level formats), else None
+    amax_m: Any
+    parts: int
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_m: bool, K: int, M: int, interp: bool,
+          tile: tuple[int, ...] | None) -> tuple[int, int, int]:
+    """(BM, BK, num_warps): the blocked extents and RHT sizes divide it; K-only tiles 16 x 256 (the quantize
+    kernel's measured best), tiles with a column pass 32-64 rows x 64-128 columns; larger in the interpreter."""
+    import triton
+
+    if tile is not None:
+        return tile[0], tile[1], tile[2] if len(tile) > 2 else 4
+    need_m = max(fmt_tc if along_m else 1, rht_m, tr, 2)
+    need_k = max(fmt_tc, rht_k, 2)
+    if along_m:
+        bm, bk = max(32, need_m), max(64, need_k)
+    else:
+        bm, bk = max(16, need_m), max(256, need_k)
+    if interp:
+        bk = max(need_k, min(triton.next_power_of_2(K), 1024))
+        bm = max(need_m, min(triton.next_power_of_2(max(M, 1)), max(4096 // bk, 1) if along_m else 64))
+    bk = max(need_k, min(bk, triton.next_power_of_2(K)))
+    bm = max(need_m, min(bm, triton.next_power_of_2(max(M, 1))))
+    return bm, bk, 4
+
+
+def _plan(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None, sr_bits: int,
+          out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None) -> _Plan:
+    import torch
+
+    from fp4lab.emulator.philox import sr_elements_per_call
+    from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
+    from fp4lab.kernels.fakequant import _fake_quant_kernel
+    from fp4lab.kernels.host import CachedLaunch, device_array, interpreting
+    from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
+    from fp4lab.kernels.quantize import _amax_kernel, _tables
+
+    M, K = x.shape
+    dev = x.device
+    tr, tc = block_extents(fmt)
+    two_d = tr > 1
+    rk = _check_size(along_k.rht) if along_k is not None and along_k.rht is not None else 0
+    rm = _check_size(along_m.rht) if along_m is not None and along_m.rht is not None else 0
+    ep = element_params(fmt, mode)
+    sp = scale_params(fmt)
+    interp = interpreting()
+    bm, bk, warps = _tile(tc, tr, rk, rm, along_m is not None, K, M, interp, tile)
+    if bk % max(tc, rk, 2) or bm % max(tr, rm, tc if along_m is not None else 1, 2):
+        raise InputError(f"fake_quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT sizes")
+    grid = (math.ceil(M / bm), math.ceil(K / bk))
+    in_kind = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    words = in_kind == 1 and K % 2 == 0
+    per_call = sr_elements_per_call(sr_bits)
+    uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
+    divides = sp.ediv and not (sp.div_pow2 or sp.encode)
+
+    def qdiv(rht_n: int) -> bool:
+        return (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
+
+    lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not divides)
+    gk, eb, mb, ebias, step = element_decode_kind(fmt)
+
+    def n_log(a: np.ndarray) -> tuple[int, int]:
+        return int(a.size), int(a.size).bit_length()
+
+    n_thr, l_thr = n_log(ep.thr)
+    n_lvl, l_lvl = n_log(ep.levels)
+    n_stab, l_stab = n_log(sp.stab)
+    consts = dict(
+        BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, WORDS=words, ALONG_K=along_k is not None,
+        ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
+        GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step,
+        N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl, N_TG=int(sp.targets.size), N_STAB=n_stab,
+        L_STAB=l_stab, N_SCPOS=int(sp.scpos.size), PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow,
+        SR=mode == "sr", FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, METHOD=sp.method,
+        EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax, SKIND=sp.skind, SROUND=sp.sround,
+        SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv, TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None,
+        HAS_MAX=sp.max_scale is not None, STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0,
+        NAN_PROP=sp.nan_prop, EDIV=sp.ediv, DIV_POW2=sp.div_pow2, ENCODE=sp.encode,
+        SZ_POS=fmt.signed_zero == "positive", POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key,
+        QDIV_K=qdiv(rk), QDIV_M=qdiv(rm), LEAN_OK=lean_ok,
+    )
+    options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
+    tables = _tables(ep, sp, dev)
+    signs_k = device_array(rht_signs(rk, along_k.rht_seed) if rk else np.ones(1, np.float32), dev)
+    signs_m = device_array(rht_signs(rm, along_m.rht_seed) if rm else np.ones(1, np.float32), dev)
+    fixed = (ep.half, ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
+             sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
+             float(rht_scale(rk)) if rk else 1.0, float(rht_scale(rm)) if rm else 1.0)
+    amax_k = amax_m = None
+    parts = 0
+    if sp.two_level:
+        # the finite amax of the tensor each output quantizes (rotated along its own axis first)
+        abm, abk = (16, 256) if not interp else (64, 1024)
+        for which, rht_n in (("k", rk), ("m", rm)):
+            if (which == "k" and along_k is None) or (which == "m" and along_m is None):
+                continue
+            kk, mm, inner = (K, M, 1) if which == "k" else (M, K, K)
+            bkk = max(rht_n, 2, min(abk, 1 << (kk - 1).bit_length()))
+            g = (math.ceil(mm / abm), math.ceil(kk / bkk))
+            parts = max(parts, g[0] * g[1])
+            launch = CachedLaunch(_amax_kernel, g, dict(BM=abm, BK=bkk, IN_KIND=in_kind, INNER1=inner == 1,
+                                                        RHT_N=rht_n), options)
+            if which == "k":
+                amax_k = (launch, mm, kk, inner)
+            else:
+                amax_m = (launch, mm, kk, inner)
+    launch = CachedLaunch(_fake_quant_kernel, grid, consts, options)
+    return _Plan(launch, tables, signs_k, signs_m, grid, fixed, sp.two_level, amax_k, amax_m, parts)
+
+
+def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, *, along_k: Blocking | None = None,
+                         along_m: Blocking | None = None, sr_bits: int = 24, out_dtype: Any = None,
+                         apply_tensor_scale: bool = True, tile: tuple[int, ...] | None = None) -> tuple:
+    """Fake-quantize a 2-D torch tensor x [M, K] (bf16, fp16 or fp32; CUDA, or CPU under TRITON_INTERPRET=1)
+    along K (``along_k``) and/or along M (``along_m``) in one read of x.
+
+    Returns ``(y_k, y_m, ts_k, ts_m)``: [M, K] tensors of ``out_dtype`` (torch.bfloat16, the default, rounded to
+    nearest-even; or torch.float32) holding ``dequantize(quantize(x, ...), rotated=True)`` for each requested
+    blocking (None otherwise), and the 1-element fp32 tensor scales of two-level formats (None otherwise); with
+    ``apply_tensor_scale=False`` the outputs leave the tensor scale out (a GEMM applies it to its result).
+    """
+    import torch
+
+    from fp4lab.emulator.philox import check_sr_bits
+    from fp4lab.emulator.ref_quantize import check_rounding
+    from fp4lab.kernels.host import check_device, scratch_f32
+
+    check_device(x, "fake_quantize")
+    if x.ndim != 2:
+        raise InputError(f"fake_quantize: expected a 2-D [M, K] tensor, got shape {tuple(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise InputError(f"fake_quantize: input has dtype {x.dtype}; expected bfloat16, float16 or float32")
+    if along_k is None and along_m is None:
+        raise InputError("fake_quantize: ask for at least one of along_k, along_m")
+    mode = check_rounding(rounding, fmt)
+    sr_bits = check_sr_bits(sr_bits)
+    out_dtype = out_dtype or torch.bfloat16
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise InputError(f"fake_quantize: out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype}")
+    M, K = x.shape
+    _check_extents(fmt, M, K, along_k, along_m)
+    from fp4lab.kernels.params import block_extents
+
+    tr, tc = block_extents(fmt)
+    if tc < 2 or (tr > 1 and along_m is not None) or K % 2:
+        return _fallback(x, fmt, mode, along_k, along_m, sr_bits, out_dtype, apply_tensor_scale)
+    x = x.detach().contiguous()
+    key = (id(fmt), mode, tuple(x.shape), x.dtype, str(x.device), None if along_k is None else (along_k.rht,
+           along_k.rht_seed), None if along_m is None else (along_m.rht, along_m.rht_seed), sr_bits, out_dtype,
+           apply_tensor_scale, tile)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) > 512:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32,
+                                   apply_tensor_scale, tile)
+    from fp4lab.kernels.host import interpreting
+
+    interp = interpreting()
+    f32 = out_dtype == torch.float32
+    dev = x.device
+    ts = amax = scratch_f32(dev)  # read-only / unwritten unless two-level
+    if plan.two_level:
+        ts = torch.empty(2, dtype=torch.float32, device=dev)
+        amax = torch.empty(2, dtype=torch.float32, device=dev)
+        part = torch.empty(plan.parts, dtype=torch.float32, device=dev)
+        xa = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
+        for slot, spec in ((0, plan.amax_k), (1, plan.amax_m)):
+            if spec is None:
+                continue
+            launch, mm, kk, inner = spec
+            n = launch.grid[0] * launch.grid[1]
+            launch(xa, part, plan.signs_k if slot == 0 else plan.signs_m, plan.fixed[12 + slot], mm, kk, inner)
+            torch.amax(part[:n], dim=0, keepdim=True, out=amax[slot:slot + 1])
+    outs = []
+    for spec in (along_k, along_m):
+        if spec is None:
+            outs.append(None)
+            continue
+        y = torch.empty((M, K), dtype=torch.float32 if f32 else torch.bfloat16, device=dev)
+        outs.append(y)
+    yk, ym = outs
+    scratch = scratch_f32(dev)
+
+    def kernel_view(y: Any) -> Any:
+        if y is None:
+            return scratch if f32 else (scratch.view(torch.int32) if interp else scratch.view(torch.int16)[:1])
+        if f32:
+            return y
+        return y.view(torch.int32) if interp else y.view(torch.int16)
+
+    xk = x.view(torch.int32) if (x.dtype == torch.bfloat16 and K % 2 == 0) else x
+    thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = plan.tables
+    f = plan.fixed
+    plan.launch(xk, kernel_view(yk), kernel_view(ym), amax, ts, thr, ctab, f[0], lvl, sctab, igap, vals,
+                f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals, f[6], f[7], f[8], f[9], f[10], f[11],
+                plan.signs_k, plan.signs_m, f[12], f[13], M, K, K // 2,
+                int(along_k.seed) if along_k is not None else 0, int(along_m.seed) if along_m is not None else 0)
+    ts_k = ts[0:1] if plan.two_level and along_k is not None else None
+    ts_m = ts[1:2] if plan.two_level and along_m is not None else None
+    return yk, ym, ts_k, ts_m
+
+
+def _check_extents(fmt: QuantFormat, M: int, K: int, along_k: Blocking | None, along_m: Blocking | None) -> None:
+    from fp4lab.emulator.blocks import BlockView
+
+    if along_k is not None:
+        BlockView.for_format((M, K), fmt, -1)
+        if along_k.rht is not None and K % along_k.rht:
+            raise InputError(f"rht: axis 1 has length {K}, which is not a multiple of size={along_k.rht}")
+    if along_m is not None:
+        view = BlockView.for_format((M, K), fmt, 0)
+        n = (M, K)[view.axis]
+        if along_m.rht is not None and n % along_m.rht:
+            raise InputError(f"rht: axis {view.axis} has length {n}, which is not a multiple of size={along_m.rht}")
+
+
+def _fallback(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
+              sr_bits: int, out_dtype: Any, apply_ts: bool) -> tuple:
+    """Quantize kernel + dequantize kernel per output (same bits, two passes each)."""
+    from fp4lab.kernels.dequantize import dequantize_triton
+    from fp4lab.kernels.quantize import quantize_triton
+
+    res: list[Any] = []
+    scales: list[Any] = []
+    for axis, spec in ((-1, along_k), (0, along_m)):
+        if spec is None:
+            res.append(None)
+            scales.append(None)
+            continue
+        codes, scodes, _s, ts, ax, _m = quantize_triton(x, fmt, mode, spec.seed, axis, spec.rht, spec.rht_seed,
+                                                        store_scales=False, sr_bits=sr_bits)
+        res.append(dequantize_triton(codes, scodes, ts, fmt, ax, rht=spec.rht, rht_seed=spec.rht_seed,
+                                     rotated=True, out_dtype=out_dtype, apply_tensor_scale=apply_ts))
+        scales.append(None if ts is None else ts.reshape(1))
+    return res[0], res[1], scales[0], scales[1]
