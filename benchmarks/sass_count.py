@@ -3,6 +3,7 @@ registers and the most frequent opcodes, from Triton's bundled ptxas/nvdisasm.
 
     python benchmarks/sass_count.py quantize mxfp4:rtne nvfp4:sr --tile 32x256x4
     python benchmarks/sass_count.py dequantize mxfp4 ufp4 --tile 16x512x4
+    python benchmarks/sass_count.py fakequant ufp4:sr:16 mxfp4:rtne --tile 32x64x4 --along km --rht 16
 
 The kernels are ALU-issue-bound on the H200, so fewer instructions per element is the number to drive down before
 spending device time. The count is static: a kernel with a runtime branch (the quantize kernel's per-tile lean
@@ -27,7 +28,9 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 import fp4lab  # noqa: E402
 import fp4lab.kernels.dequantize as dq  # noqa: E402
+import fp4lab.kernels.fakequant as fq  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
+from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
 
@@ -89,16 +92,28 @@ def sass_stats(compiled) -> tuple[int, collections.Counter, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kernel", choices=["quantize", "dequantize"])
-    ap.add_argument("cases", nargs="+", help="FORMAT[:ROUNDING] (rounding: quantize only)")
+    ap.add_argument("kernel", choices=["quantize", "dequantize", "fakequant"])
+    ap.add_argument("cases", nargs="+", help="FORMAT[:ROUNDING[:SR_BITS]] (rounding: quantize, fakequant)")
     ap.add_argument("--tile", default="32x256x4", help="BMxBKxWARPS")
+    ap.add_argument("--along", default="k", choices=["k", "m", "km"], help="fakequant: blockings")
+    ap.add_argument("--rht", type=int, default=0, help="fakequant: RHT size on every blocking (0: none)")
     args = ap.parse_args()
     bm, bk, warps = map(int, args.tile.split("x"))
     for case in args.cases:
-        name, _, mode = case.partition(":")
+        name, _, rest = case.partition(":")
+        mode, _, srw = rest.partition(":")
         fmt = fp4lab.get_format(name)
         x = torch.randn(2 * bm, 2 * bk, dtype=torch.bfloat16)
-        if args.kernel == "quantize":
+        if args.kernel == "fakequant":
+            cap = fq._fake_quant_kernel = Capture(fq._fake_quant_kernel)
+            spec = Blocking(args.rht or None, 0, 1)
+            try:
+                fake_quantize_triton(x, fmt, mode or "rtne", along_k=spec if "k" in args.along else None,
+                                     along_m=spec if "m" in args.along else None, sr_bits=int(srw or 24),
+                                     tile=(bm, bk, warps))
+            finally:
+                fq._fake_quant_kernel = cap.kernel
+        elif args.kernel == "quantize":
             cap = q._quantize_kernel = Capture(q._quantize_kernel)
             try:
                 q.quantize_triton(x, fmt, mode or "rtne", 1, packed=True, tensor_amax=x.float().abs().max().reshape(1),

@@ -79,6 +79,19 @@ class Recipe(SpecModel):
                                  " set (a recipe without a format is the bf16 baseline: sr = [], rht = [])")
         return self
 
+    @model_validator(mode="after")
+    def _rotations_fit_tiles(self) -> "Recipe":
+        # a 2-D tile format blocks (and rotates) along the operand's last axis only
+        along_m = {"x": "wgrad", "w": "dgrad", "dy": "wgrad"}
+        for op, gemm in along_m.items():
+            f = self.format_of(op)
+            if f is not None and gemm in self.rht:
+                fmt = get_format(f)
+                if fmt.block is not None and fmt.block.is_2d:
+                    raise ValueError(f"rht: {gemm} rotates operand {op} along its axis 0, but its format '{f}' uses "
+                                     f"2-D tiles, which rotate along the last axis only")
+        return self
+
     def format_of(self, operand: Operand) -> str | None:
         """Format name used to quantize ``operand`` (None: bf16)."""
         if operand == "w" and self.weight_format:

@@ -1,115 +1,281 @@
 """``QuantLinear``: a drop-in ``torch.nn.Linear`` whose three GEMMs run on fake-quantized 4-bit operands.
 
-Each operand is quantized with ``fp4lab.quantize`` (numba emulator on CPU, Triton kernels on CUDA) and
-dequantized *in the rotated basis* (``rotated=True``), so that the two RHT-rotated operands of a GEMM multiply to
-the unrotated product; the GEMM itself accumulates in float32. Stochastic rounding seeds advance by one per
-quantization call from ``seed``, so a run is reproducible.
+Per training step of a layer with input X [M, K] and weight W [N, K] (``fp4lab.recipes.config``):
+
+* forward: X is read once and fake-quantized along K (FPROP operand) and, when W needs a gradient, along M
+  (the WGRAD operand, saved for backward in place of X: no more saved activations than ``nn.Linear``); W along K.
+  ``Y = Xk Wk^T`` (+ bias), a bf16 tensor-core GEMM with fp32 accumulation (``gemm_dtype = "bf16"``) or fp32.
+* backward: dY is read once and fake-quantized along N (DGRAD) and along M (WGRAD); W along N.
+  ``dX = dYn Wn``, ``dW = dYm^T Xm``, ``db = sum of dY over M``.
+
+Operands are the recipe's formats, dequantized in the rotated basis (the two rotated operands of a GEMM multiply
+to the unrotated product). Two-level formats (NVFP4) leave their tensor scales out of the operands, whose
+element x block-scale products are then exact in bf16, and multiply the GEMM's fp32-accumulated output by
+``ts_a * ts_b`` instead. Stochastic rounding draws from a Philox key per (layer, step, operand use)
+(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import warnings
 from typing import Any
 
 import torch
 
-from fp4lab.api import dequantize, quantize
+from fp4lab.errors import InputError
+from fp4lab.formats.registry import get_format
+from fp4lab.kernels.fakequant_launch import Blocking
+from fp4lab.recipes import streams
 from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe
+from fp4lab.recipes.operands import fake_quant_operands
 
 
-class _SeedCounter:
-    """Reproducible stream of stochastic-rounding seeds."""
+class _LayerState:
+    """What the autograd function needs from its layer: recipe constants and the layer's random streams."""
 
-    def __init__(self, seed: int) -> None:
-        self.next = seed
+    def __init__(self, recipe: Recipe, stream: int) -> None:
+        self.recipe = recipe
+        self.stream = stream
+        self.step = 0
+        self.rht_seed = streams.rht_seed_for(stream, recipe.rht_seed, recipe.rht_signs)
+        self.formats = {op: (None if recipe.format_of(op) is None else get_format(recipe.format_of(op)))
+                        for op in ("x", "w", "dy")}
 
-    def take(self) -> int:
-        self.next += 1
-        return self.next - 1
+    def fmt(self, operand: Operand) -> Any:
+        return self.formats[operand]
+
+    def rounding(self, operand: Operand) -> str | None:
+        return "sr" if operand in self.recipe.sr else None
+
+    def blocking(self, operand: Operand, gemm: Gemm) -> Blocking:
+        r = self.recipe
+        seed = streams.sr_seed(self.stream, self.step, f"{operand}.{gemm}") if operand in r.sr else 0
+        return Blocking(r.rht_size if gemm in r.rht else None, self.rht_seed, seed)
+
+    def fold(self, operand: Operand) -> bool:
+        """Leave the tensor scale out of the operand (two-level formats)."""
+        f = self.formats[operand]
+        return f is not None and f.tensor_scale != "none"
+
+    def operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None, m_gemm: Gemm | None) -> tuple:
+        """(along K, along M, ts_k, ts_m) of operand ``t`` for the GEMMs that block it along K / along M."""
+        fmt = self.formats[operand]
+        if fmt is not None and fmt.block is not None and fmt.block.is_2d and m_gemm is not None:
+            # 2-D tiles cover both axes: the along-M operand is the along-K quantization with its own blocking
+            k = fake_quant_operands(t, fmt, self.rounding(operand), along_k=self.blocking(operand, m_gemm),
+                                    along_m=None, sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype,
+                                    fold_tensor_scale=self.fold(operand))
+            if k_gemm is None:
+                return None, k[0], None, k[2]
+            j = self.operands(t, operand, k_gemm, None)
+            return j[0], k[0], j[2], k[2]
+        return fake_quant_operands(
+            t, fmt, self.rounding(operand),
+            along_k=None if k_gemm is None else self.blocking(operand, k_gemm),
+            along_m=None if m_gemm is None else self.blocking(operand, m_gemm),
+            sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype, fold_tensor_scale=self.fold(operand))
 
 
-def fake_quantize(t: torch.Tensor, recipe: Recipe, operand: Operand, gemm: Gemm, axis: int,
-                  seeds: _SeedCounter) -> torch.Tensor:
-    """float32 ``t`` after quantize -> dequantize with the recipe's choices for ``operand`` in ``gemm``.
+def _scale(ts_a: Any, ts_b: Any) -> Any:
+    """Product of the folded tensor scales of a GEMM's operands (None when neither has one)."""
+    if ts_a is None:
+        return ts_b
+    return ts_a if ts_b is None else ts_a * ts_b
 
-    bf16 recipes round to bfloat16 instead. Values stay in the RHT basis when the GEMM is rotated.
-    """
-    fmt = recipe.format_of(operand)
-    if fmt is None:
-        return t.to(torch.bfloat16).to(torch.float32)
-    rounding = "sr" if operand in recipe.sr else None
-    seed = seeds.take() if rounding == "sr" else 0
-    rht = recipe.rht_size if gemm in recipe.rht else None
-    qt = quantize(t.detach().to(torch.float32).contiguous(), fmt, rounding=rounding, seed=seed, axis=axis,
-                  rht=rht, rht_seed=recipe.rht_seed)
-    return dequantize(qt, rotated=True).to(t.device)
+
+def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = None, bias: Any = None) -> Any:
+    """``a @ b`` (``* scale``) (``+ bias``) as ``out_dtype``: on CUDA one tensor-core GEMM with fp32 accumulation
+    (bias in cuBLAS's epilogue when there is no scale); on the CPU an fp32 GEMM of the (bf16-exact) operands."""
+    if not a.is_cuda:
+        y = a.float() @ b.float()
+        if scale is not None:
+            y = y * scale
+        if bias is not None:
+            y = y + bias.float()
+        return y.to(out_dtype)
+    if scale is None:
+        if bias is not None and a.dtype == out_dtype:
+            return torch.addmm(bias.to(out_dtype), a, b)
+        y = torch.mm(a, b) if a.dtype == out_dtype else torch.mm(a, b, out_dtype=out_dtype)
+        return y if bias is None else y + bias.to(out_dtype)
+    y = torch.mm(a, b, out_dtype=torch.float32) if a.dtype != torch.float32 else torch.mm(a, b)
+    if bias is not None:
+        return torch.addcmul(bias.to(torch.float32), y, scale).to(out_dtype)
+    return y.mul_(scale).to(out_dtype)
 
 
 class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, recipe: Recipe, seeds: _SeedCounter) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.recipe, ctx.seeds = recipe, seeds
-        xq = fake_quantize(x, recipe, "x", "fprop", axis=-1, seeds=seeds)
-        wq = fake_quantize(weight, recipe, "w", "fprop", axis=-1, seeds=seeds)
-        return xq @ wq.T
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
+                needs_w: bool) -> torch.Tensor:
+        xk, xm, ts_xk, ts_xm = state.operands(x, "x", "fprop", "wgrad" if needs_w else None)
+        wk, _, ts_wk, _ = state.operands(weight, "w", "fprop", None)
+        ctx.save_for_backward(xm, weight, ts_xm)
+        ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
+        return _mm(xk, wk.t(), x.dtype, _scale(ts_xk, ts_wk), bias)
 
     @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight = ctx.saved_tensors
-        recipe, seeds = ctx.recipe, ctx.seeds
-        dx = dw = None
-        if ctx.needs_input_grad[0]:  # DGRAD dX = dY W, reduction over N
-            dyq = fake_quantize(dy, recipe, "dy", "dgrad", axis=-1, seeds=seeds)
-            wq = fake_quantize(weight, recipe, "w", "dgrad", axis=0, seeds=seeds)
-            dx = dyq @ wq
-        if ctx.needs_input_grad[1]:  # WGRAD dW = dY^T X, reduction over M
-            dyq = fake_quantize(dy, recipe, "dy", "wgrad", axis=0, seeds=seeds)
-            xq = fake_quantize(x, recipe, "x", "wgrad", axis=0, seeds=seeds)
-            dw = dyq.T @ xq
-        return dx, dw, None, None
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        xm, weight, ts_xm = ctx.saved_tensors
+        state = ctx.state
+        step, state.step = state.step, ctx.step  # the streams of the step whose forward saved these operands
+        try:
+            need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+            dyn, dym, ts_dyn, ts_dym = state.operands(dy.contiguous(), "dy", "dgrad" if need_x else None,
+                                                      "wgrad" if need_w else None)
+            dx = dw = db = None
+            if need_x:
+                _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
+                dx = _mm(dyn, wn, ctx.x_dtype, _scale(ts_dyn, ts_wn))
+            if need_w:
+                dw = _mm(dym.t(), xm, weight.dtype, _scale(ts_dym, ts_xm))
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                db = dy.sum(0)
+        finally:
+            state.step = step
+        return dx, dw, db, None, None
 
 
 class QuantLinear(torch.nn.Linear):
-    """``nn.Linear`` with a 4-bit training recipe (name or ``Recipe``). Inputs ``[..., in_features]`` are
-    flattened to ``[M, in_features]``; M, in_features and out_features must be multiples of the block sizes."""
+    """``nn.Linear`` with a 4-bit training recipe (built-in name, recipe file or ``Recipe``).
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str | Recipe = "ufp4",
-                 seed: int = 0, device: Any = None, dtype: Any = None) -> None:
+    Inputs ``[..., in_features]`` are flattened to ``[M, in_features]``; in_features and out_features must be
+    multiples of the recipe formats' block sizes along K and N, and M (tokens) along M when W needs a gradient.
+    ``name`` (the qualified module name, as ``quantize_model`` passes it) or else ``seed`` fixes the layer's
+    random streams; ``step`` counts training forward passes (each draws fresh stochastic-rounding bits)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Any = "ufp4",
+                 seed: int = 0, name: str | None = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
-        self._seeds = _SeedCounter(seed)
+        self.layer_name = name
+        stream = streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed)
+        self._state = _LayerState(self.recipe, stream)
+        _check_features(self.recipe, in_features, out_features, name or type(self).__name__)
+
+    @property
+    def step(self) -> int:
+        return self._state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._state.step = int(value)
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, recipe: str | Recipe, seed: int = 0) -> "QuantLinear":
+    def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
+                    name: str | None = None) -> "QuantLinear":
         """A QuantLinear sharing ``linear``'s parameters."""
         q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, recipe=recipe, seed=seed,
-                device=linear.weight.device, dtype=linear.weight.dtype)
+                name=name, device="meta")
         q.weight = linear.weight
         q.bias = linear.bias
         return q
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise InputError(f"QuantLinear: input has {x.shape[-1]} features in its last axis; expected "
+                             f"{self.in_features}")
         lead = x.shape[:-1]
-        y = _QuantLinearFunction.apply(x.reshape(-1, x.shape[-1]).to(torch.float32), self.weight.to(torch.float32),
-                                       self.recipe, self._seeds)
-        if self.bias is not None:
-            y = y + self.bias.to(torch.float32)
-        return y.reshape(*lead, self.out_features).to(x.dtype)
+        x2 = x.reshape(-1, self.in_features)
+        if x2.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise InputError(f"QuantLinear: input has dtype {x2.dtype}; expected bfloat16, float16 or float32")
+        needs_w = torch.is_grad_enabled() and self.weight.requires_grad
+        if self.recipe.format is not None and needs_w:
+            _check_tokens(self._state, x2.shape[0], self.layer_name or type(self).__name__)
+        y = _QuantLinearFunction.apply(x2, self.weight, self.bias, self._state, needs_w)
+        if self.training and torch.is_grad_enabled():
+            self._state.step += 1
+        return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}"
 
 
-def quantize_model(model: torch.nn.Module, recipe: str | Recipe, seed: int = 0,
+def _block_along(fmt: Any, axis: str) -> int:
+    """Block extent of ``fmt`` along the K ("k") or M/N ("m") axis of a 2-D operand (1: none)."""
+    if fmt is None or fmt.block is None:
+        return 1
+    shape = list(fmt.block.shape)
+    if len(shape) == 2:
+        return shape[1] if axis == "k" else shape[0]
+    return shape[0]
+
+
+def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
+    """in/out features against the recipe's blocks and RHT (X, W along K; dY along N; W along N)."""
+    for what, size, ops in (("in_features", k, ("x", "w")), ("out_features", n, ("dy", "w"))):
+        for op in ops:
+            f = recipe.format_of(op)
+            if f is None:
+                continue
+            need = _block_along(get_format(f), "k" if what == "in_features" else "m")
+            gemms = ("fprop",) if what == "in_features" else ("dgrad",)
+            if any(g in recipe.rht for g in gemms):
+                need = max(need, recipe.rht_size)
+            if size % need:
+                raise InputError(f"{where}: {what} = {size} is not a multiple of {need} (the block/RHT size of "
+                                 f"format '{f}' for operand {op} in recipe '{recipe.name}')")
+
+
+def _check_tokens(state: _LayerState, m: int, where: str) -> None:
+    r = state.recipe
+    for op in ("x", "dy"):
+        need = _block_along(state.fmt(op), "m")
+        if "wgrad" in r.rht:
+            need = max(need, r.rht_size)
+        if m % need:
+            raise InputError(f"{where}: {m} tokens (rows of the flattened input) is not a multiple of {need}, the "
+                             f"block/RHT size along M of the WGRAD operand {op} in recipe '{r.name}'")
+
+
+def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
+    try:
+        _check_features(recipe, linear.in_features, linear.out_features, "")
+    except InputError:
+        return False
+    return True
+
+
+def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
                    skip: tuple[str, ...] = ()) -> torch.nn.Module:
-    """Replace every ``nn.Linear`` in ``model`` (except names in ``skip``) by a ``QuantLinear`` sharing its
-    parameters; returns the model (modified in place)."""
-    for name, child in list(model.named_children()):
-        if name in skip:
+    """Replace every ``nn.Linear`` of ``model`` by a ``QuantLinear`` sharing its parameters, in place; returns the
+    model. Layers whose qualified name matches a pattern of ``skip`` or of the recipe's ``high_precision``
+    (fnmatch patterns, e.g. ``"lm_head"``, ``"blocks.0.*"``) stay as they are, as do layers whose widths are not
+    multiples of the recipe's block sizes (one warning names them). Each layer's random streams derive from its
+    qualified name (and ``seed``, which shifts every stream of the model)."""
+    r = get_recipe(recipe)
+    patterns = tuple(skip) + tuple(r.high_precision)
+    unfit = []
+    for name, child in list(model.named_modules()):
+        if not isinstance(child, torch.nn.Linear) or isinstance(child, QuantLinear) or not name:
             continue
-        if isinstance(child, torch.nn.Linear) and not isinstance(child, QuantLinear):
-            setattr(model, name, QuantLinear.from_linear(child, recipe, seed=seed))
-            seed += 1_000_003
-        else:
-            quantize_model(child, recipe, seed=seed, skip=skip)
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        if not _blocks_fit(r, child):
+            unfit.append(f"{name} ({child.in_features} -> {child.out_features})")
+            continue
+        parent, _, attr = name.rpartition(".")
+        owner = model.get_submodule(parent) if parent else model
+        setattr(owner, attr, QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name))
+    if unfit:
+        warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
+                      f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
+    if isinstance(model, torch.nn.Linear) and not isinstance(model, QuantLinear):
+        raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
+                         "QuantLinear.from_linear")
     return model
+
+
+def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, axis: int, seed: int = 0) -> Any:
+    """The GEMM operand ``operand`` of ``gemm`` under ``recipe``, blocked along ``axis`` (-1: K, 0: M) of 2-D ``t``,
+    as the recipe's GEMMs see it (``gemm_dtype``; two-level formats with their tensor scale applied); SR from
+    ``seed``."""
+    r = get_recipe(recipe)
+    fmt = None if r.format_of(operand) is None else get_format(r.format_of(operand))
+    spec = Blocking(r.rht_size if gemm in r.rht else None, r.rht_seed, seed)
+    rounding = "sr" if operand in r.sr else None
+    yk, ym, _, _ = fake_quant_operands(t, fmt, rounding, along_k=spec if axis in (-1, 1) else None,
+                                       along_m=spec if axis == 0 else None, sr_bits=r.sr_bits,
+                                       gemm_dtype=r.gemm_dtype, fold_tensor_scale=False)
+    return yk if axis in (-1, 1) else ym

@@ -1,0 +1,195 @@
+"""Training speed of the recipes on a GPU, as ratios against baselines run in the same process.
+
+    python benchmarks/bench_training.py --json out.json            # everything (H200: a few minutes)
+    python benchmarks/bench_training.py --quick                    # fewer repeats, one shape
+
+1. ``QuantLinear`` forward + backward per built-in recipe (bf16 activations and parameters) at 16384 tokens for
+   4096 -> 4096 and 4096 -> 14336, against ``nn.Linear`` in bf16 (cuBLAS), the naive PyTorch fake-quant of the
+   same recipe (benchmarks/naive_fakequant.py) and, for ufp4, its ``torch.compile``'d version; plus the
+   time of the recipe's fake-quant kernels alone (what the GEMMs do not explain).
+2. One whole training step (forward, backward, fused AdamW; fp32 master weights, bf16 autocast) of the study's
+   GPT model at its middle size, in tokens/s against the same model with bf16 ``nn.Linear`` layers.
+
+Times are medians over repeats of CUDA-event-timed loops; inputs are random normal (never zeros).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from naive_fakequant import NaiveQuantLinearFunction, naive_fake_quant  # noqa: E402
+
+import fp4lab  # noqa: E402
+from fp4lab.recipes import QuantLinear, get_recipe, list_recipes, quantize_model  # noqa: E402
+
+
+def timed(fn: Callable[[], Any], iters: int, repeats: int) -> float:
+    """Median milliseconds per call of ``fn`` over ``repeats`` event-timed loops of ``iters`` calls."""
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / iters)
+    return statistics.median(out)
+
+
+def linear_step(layer: Any, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        layer.weight.grad = None
+        if getattr(layer, "bias", None) is not None:
+            layer.bias.grad = None
+        x.grad = None
+        layer(x).backward(dy)
+    return step
+
+
+class _Naive(torch.nn.Module):
+    def __init__(self, w: torch.nn.Parameter, recipe: Any, fq: Any) -> None:
+        super().__init__()
+        self.weight, self.bias, self.recipe, self.fq = w, None, recipe, fq
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NaiveQuantLinearFunction.apply(x, self.weight, self.recipe, self.fq)
+
+
+def _bf16_fq(t: torch.Tensor, fmt: Any, axis: int, rht: Any, sr: bool) -> torch.Tensor:
+    return t.to(torch.bfloat16) if fmt is None else naive_fake_quant(t, fmt, axis, rht, sr)
+
+
+def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, repeats: int,
+                 compiled: bool) -> dict[str, Any]:
+    dev = "cuda"
+    torch.manual_seed(0)
+    x = torch.randn(tokens, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(tokens, n, device=dev, dtype=torch.bfloat16)
+    ref = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
+    res: dict[str, Any] = {"tokens": tokens, "k": k, "n": n}
+    res["nn_linear_bf16_ms"] = base = timed(linear_step(ref, x, dy), iters, repeats)
+    flops = 6 * tokens * k * n
+    res["nn_linear_tflops"] = flops / base / 1e9
+    rows = {}
+    for name in recipes:
+        r = get_recipe(name)
+        layer = QuantLinear(k, n, bias=False, recipe=r, device=dev, dtype=torch.bfloat16)
+        with torch.no_grad():
+            layer.weight.copy_(ref.weight)
+        row = {"ms": timed(linear_step(layer, x, dy), iters, repeats)}
+        row["vs_bf16"] = row["ms"] / base
+        naive = _Naive(layer.weight, r, _bf16_fq)
+        row["naive_ms"] = timed(linear_step(naive, x, dy), max(iters // 4, 1), repeats)
+        row["naive_over_ours"] = row["naive_ms"] / row["ms"]
+        if compiled and name == "ufp4":
+            cfq = torch.compile(_bf16_fq, dynamic=False)
+            cnaive = _Naive(layer.weight, r, cfq)
+            t0 = time.time()
+            linear_step(cnaive, x, dy)()
+            row["compile_s"] = time.time() - t0
+            row["compiled_ms"] = timed(linear_step(cnaive, x, dy), iters, repeats)
+            row["compiled_over_ours"] = row["compiled_ms"] / row["ms"]
+        # the recipe's fake-quant operand passes alone (forward and backward)
+        st = layer._state
+
+        def fq_only() -> None:
+            st.operands(x.detach(), "x", "fprop", "wgrad")
+            st.operands(layer.weight.detach(), "w", "fprop", None)
+            st.operands(dy, "dy", "dgrad", "wgrad")
+            st.operands(layer.weight.detach(), "w", None, "dgrad")
+        row["fake_quant_ms"] = timed(fq_only, iters, repeats)
+        # operands agree with the naive PyTorch version (deterministic operand; a check of the benchmark itself)
+        with torch.no_grad():
+            ours = st.operands(x.detach(), "x", "fprop", None)[0].float()
+            fmt = r.format_of("x")
+            if fmt is not None:
+                theirs = naive_fake_quant(x.detach(), fmt, -1, r.rht_size if "fprop" in r.rht else None, False).float()
+                if fp4lab.get_format(fmt).tensor_scale != "none":
+                    ours = ours * st.operands(x.detach(), "x", "fprop", None)[2]
+                row["naive_rel_diff"] = float((ours - theirs).norm() / theirs.norm())
+        rows[name] = row
+        print(f"  {k}->{n} {name:9s} {row['ms']:7.3f} ms  {row['vs_bf16']:.3f}x bf16  naive {row['naive_ms']:.2f} ms"
+              + (f"  compiled {row['compiled_ms']:.2f} ms" if "compiled_ms" in row else "")
+              + f"  fake-quant {row['fake_quant_ms']:.3f} ms", flush=True)
+    res["recipes"] = rows
+    return res
+
+
+def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int) -> dict[str, Any]:
+    from fp4lab.study.model import GPT, SIZES
+
+    cfg = SIZES[size]
+    dev = "cuda"
+    res: dict[str, Any] = {"size": size, "params": cfg.params, "batch": batch, "seq_len": cfg.seq_len}
+    tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len + 1), device=dev)
+    inp, tgt = tokens[:, :-1], tokens[:, 1:]
+    rows = {}
+    for name in ["bf16-nn.Linear"] + recipes:
+        torch.manual_seed(0)
+        model = GPT(cfg).to(dev)
+        if name != "bf16-nn.Linear":
+            quantize_model(model, name, skip=("head",))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def step() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(inp).reshape(-1, cfg.vocab), tgt.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        ms = timed(step, steps, repeats)
+        rows[name] = {"ms": ms, "tokens_per_s": batch * cfg.seq_len / ms * 1e3}
+        print(f"  model {size} {name:14s} {ms:7.2f} ms/step  {rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s",
+              flush=True)
+    base = rows["bf16-nn.Linear"]["ms"]
+    for name in recipes:
+        rows[name]["vs_bf16"] = rows[name]["ms"] / base
+    res["recipes"] = rows
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN,...")
+    ap.add_argument("--recipes", nargs="+", default=list_recipes())
+    ap.add_argument("--model", default="middle", help="study model size for the whole-step benchmark ('' to skip)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd naive baseline")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    iters, repeats = (5, 3) if args.quick else (20, 5)
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "linear": []}
+    import triton
+
+    out["triton"] = triton.__version__
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",") if s]
+    for k, n in shapes[:1] if args.quick else shapes:
+        out["linear"].append(bench_linear(args.tokens, k, n, args.recipes, iters, repeats,
+                                          compiled=not args.no_compile and (k, n) == shapes[0]))
+    if args.model:
+        out["model"] = bench_model(args.model, args.batch, args.recipes, max(iters // 2, 3), repeats)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    print(json.dumps({"linear_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["vs_bf16"], 3) for k, v in r["recipes"].items()}
+                                         for r in out["linear"]},
+                      "model_vs_bf16": {k: round(v.get("vs_bf16", 1.0), 3) for k, v in out.get("model", {}).get("recipes", {}).items()}}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""GPU checks and kernel timings for the training path (run on the H200; writes JSON with --json).
+
+1. The fused fake-quantize kernel against the numba emulator, bit for bit: recipe formats and others, blockings
+   along K / M / both, RHT, rtne and SR at every random-bit width, bf16 and fp32 inputs, bf16 and fp32 outputs.
+2. ``QuantLinear`` on CUDA against the same layer on the CPU emulator: every GEMM operand bit for bit, and the
+   forward output and both gradients within a bound of a float64 product of the same operands.
+3. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
+   the host time per call.
+
+    python benchmarks/h200_training_check.py --json out.json [--tiles]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import fp4lab
+from fp4lab.emulator.fakequant import fake_quantize_emulated
+from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+from fp4lab.kernels.verify import make_input
+
+
+def _bits(t: Any) -> np.ndarray:
+    a = t.float().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, np.float32)
+    return np.where(np.isnan(a), np.uint32(0x7FC00000), a.view(np.uint32))
+
+
+def check_kernel(rows: int, cols: int) -> dict[str, Any]:
+    cases = []
+    fmts = ["ufp4", "e2m1-b16-fp32", "nvfp4", "mxfp4", "nvfp4-2d", "int4-b32-e8m0", "nvfp4-4over6"]
+    total = bad = 0
+    first = None
+    for fi, name in enumerate(fmts):
+        fmt = fp4lab.get_format(name)
+        for ci, (rk, rm, mode, srw) in enumerate([(None, None, "rtne", 24), (16, 16, "sr", 16), (None, 32, "sr", 8),
+                                                  (32, None, "sr", 24)]):
+            for kind in ("random", "adversarial"):
+                seed = 100 * fi + 10 * ci + (kind == "adversarial")
+                x = make_input(kind, rows, cols, seed)
+                dt = torch.bfloat16 if ci % 2 == 0 else torch.float32
+                xt = torch.from_numpy(x).to(dt)
+                xf = xt.float().numpy()
+                out = torch.float32 if ci % 3 == 2 else torch.bfloat16
+                apply = ci != 1
+                with np.errstate(all="ignore"):
+                    yk, ym, tsk, tsm = fake_quantize_triton(
+                        xt.cuda(), fmt, mode, along_k=Blocking(rk, 5, seed), along_m=Blocking(rm, 6, seed + 1),
+                        sr_bits=srw, out_dtype=out, apply_tensor_scale=apply)
+                    d = "bf16" if out == torch.bfloat16 else "fp32"
+                    rk_, _ = fake_quantize_emulated(xf, fmt, mode, seed, -1, rk, 5, srw, d, apply)
+                    rm_, _ = fake_quantize_emulated(xf, fmt, mode, seed + 1, 0, rm, 6, srw, d, apply)
+                for got, want in ((yk, rk_), (ym, rm_)):
+                    n = int((_bits(got) != _bits(want)).sum())
+                    total += want.size
+                    bad += n
+                    if n and first is None:
+                        idx = tuple(int(i) for i in np.argwhere(_bits(got) != _bits(want))[0])
+                        first = dict(fmt=name, case=ci, kind=kind, index=idx, got=float(got.float().cpu()[idx]),
+                                     want=float(want[idx]))
+                cases.append((name, ci, kind))
+    print(f"fake-quant kernel vs emulator: {len(cases)} cases, {total} elements, {bad} mismatches", flush=True)
+    if first:
+        print("  first mismatch:", first)
+    return {"cases": len(cases), "elements": total, "mismatches": bad, "first": first}
+
+
+def check_layer(tokens: int, k: int, n: int) -> dict[str, Any]:
+    from fp4lab.recipes import QuantLinear, list_recipes
+
+    out = {}
+    for name in list_recipes():
+        torch.manual_seed(1)
+        x = torch.randn(tokens, k, dtype=torch.bfloat16)
+        dy = torch.randn(tokens, n, dtype=torch.bfloat16)
+        res = {}
+        for dev in ("cpu", "cuda"):
+            layer = QuantLinear(k, n, bias=True, recipe=name, seed=3, device=dev, dtype=torch.bfloat16)
+            with torch.no_grad():
+                layer.weight.copy_(torch.randn(n, k, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16))
+                layer.bias.copy_(torch.randn(n, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16))
+            xd = x.to(dev).requires_grad_(True)
+            st = layer._state
+            ops = {
+                "x": st.operands(x.to(dev), "x", "fprop", "wgrad"),
+                "w": st.operands(layer.weight.detach(), "w", "fprop", None),
+                "wn": st.operands(layer.weight.detach(), "w", None, "dgrad"),
+                "dy": st.operands(dy.to(dev), "dy", "dgrad", "wgrad"),
+            }
+            y = layer(xd)
+            y.backward(dy.to(dev))
+            res[dev] = (ops, y.detach().cpu(), xd.grad.cpu(), layer.weight.grad.cpu())
+        mism = 0
+        for key in res["cpu"][0]:
+            for a, b in zip(res["cpu"][0][key], res["cuda"][0][key]):
+                if a is None or b is None:
+                    mism += (a is None) != (b is None)
+                    continue
+                mism += int((_bits(a) != _bits(b)).sum())
+        ops = res["cpu"][0]
+
+        def f64(t: Any) -> torch.Tensor:
+            return t.double() if t is not None else None
+
+        xk, xm, tsxk, tsxm = ops["x"]
+        wk, _, tswk, _ = ops["w"]
+        _, wn, _, tswn = ops["wn"]
+        dyn, dym, tsdyn, tsdym = ops["dy"]
+
+        def sc(*ts: Any) -> float:
+            v = 1.0
+            for t in ts:
+                v *= 1.0 if t is None else float(t)
+            return v
+        bias = torch.randn(n, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).double()
+        ref_y = f64(xk) @ f64(wk).T * sc(tsxk, tswk) + bias
+        ref_dx = f64(dyn) @ f64(wn) * sc(tsdyn, tswn)
+        ref_dw = f64(dym).T @ f64(xm) * sc(tsdym, tsxm)
+        errs = {}
+        for what, got, ref in (("y", res["cuda"][1], ref_y), ("dx", res["cuda"][2], ref_dx),
+                               ("dw", res["cuda"][3], ref_dw)):
+            errs[what] = float((got.double() - ref).norm() / ref.norm())
+        out[name] = {"operand_mismatches": mism, "rel_err_vs_f64": errs}
+        print(f"layer {name}: operand mismatches CPU vs CUDA {mism}; relative error of the CUDA GEMMs vs float64 "
+              f"products of the same operands {errs}", flush=True)
+    return out
+
+
+def time_kernels(tiles: bool) -> dict[str, Any]:
+    import triton
+
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    copy = triton.testing.do_bench(lambda: y.copy_(x), warmup=25, rep=200, return_mode="median")
+    res: dict[str, Any] = {"copy_ms": copy, "copy_TBps": 2 * x.numel() * 2 / copy / 1e9, "cases": {}}
+    print(f"copy {copy * 1e3:.1f} us ({res['copy_TBps']:.2f} TB/s)", flush=True)
+    combos = [("ufp4", "rtne", 24, (16, 16)), ("ufp4", "sr", 16, (16, 16)), ("ufp4", "sr", 8, (16, 16)),
+              ("ufp4", "sr", 24, (16, 16)), ("e2m1-b16-fp32", "rtne", 24, (None, 16)),
+              ("e2m1-b16-fp32", "sr", 16, (None, 16)), ("nvfp4", "rtne", 24, (None, 16)),
+              ("nvfp4", "sr", 16, (None, 16)), ("mxfp4", "rtne", 24, (None, 32)), ("mxfp4", "sr", 16, (None, 32))]
+    sweep = {"k": [None, (32, 256, 4), (16, 512, 4), (8, 512, 4)],
+             "km": [None, (32, 128, 4), (64, 64, 4), (64, 64, 8), (32, 128, 8), (64, 128, 8)]}
+    for name, mode, srw, (rk, rm) in combos:
+        fmt = fp4lab.get_format(name)
+        swept = tiles and (name, mode, srw) in (("ufp4", "sr", 16), ("mxfp4", "rtne", 24))
+        for along, tl_list in (sweep if swept else {"k": [None], "km": [None]}).items():
+            for tile in tl_list:
+                bk = Blocking(rk, 0, 1)
+                bm = Blocking(rm, 0, 2) if along == "km" else None
+                if tile is not None and along == "km" and tile[0] < max(rm or 1, fmt.block.shape[-1]):
+                    continue
+
+                def run() -> None:
+                    fake_quantize_triton(x, fmt, mode, along_k=bk, along_m=bm, sr_bits=srw, tile=tile)
+                try:
+                    ms = triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median")
+                except Exception as exc:  # a tile the compiler refuses: report, go on
+                    print(f"  {name} {mode}{srw} {along} {tile}: {type(exc).__name__}: {exc}"[:300], flush=True)
+                    continue
+                nbytes = x.numel() * 2 * (1 + (2 if along == "km" else 1))
+                key = f"{name}:{mode}:{srw}:{along}:{tile}"
+                res["cases"][key] = {"ms": ms, "TBps": nbytes / ms / 1e9, "vs_copy": nbytes / ms / 1e9 / res["copy_TBps"]}
+                print(f"  {key:40s} {ms * 1e3:7.1f} us  {res['cases'][key]['vs_copy']:.2f} of copy", flush=True)
+    # host time per call (no sync): the launch path's cost
+    fmt = fp4lab.get_format("ufp4")
+    for _ in range(3):
+        fake_quantize_triton(x, fmt, "sr", along_k=Blocking(16, 0, 1), along_m=Blocking(16, 0, 2), sr_bits=16)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(50):
+        fake_quantize_triton(x[:64], fmt, "sr", along_k=Blocking(16, 0, i), along_m=Blocking(16, 0, i + 1), sr_bits=16)
+    res["host_us_per_call"] = (time.perf_counter() - t0) / 50 * 1e6
+    torch.cuda.synchronize()
+    print(f"host time per fake-quant call: {res['host_us_per_call']:.1f} us", flush=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--tiles", action="store_true")
+    ap.add_argument("--rows", type=int, default=1024)
+    ap.add_argument("--cols", type=int, default=2048)
+    ap.add_argument("--skip-checks", action="store_true")
+    args = ap.parse_args()
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if not args.skip_checks:
+        out["kernel"] = check_kernel(args.rows, args.cols)
+        out["layer"] = check_layer(256, 512, 384)
+    out["timing"] = time_kernels(args.tiles)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Random streams of a training run: which Philox key each stochastic rounding and each RHT sign vector uses.
+
+Every quantization of a training step that rounds stochastically draws its bits from its own Philox key
+(``fp4lab.emulator.philox``: key = 64-bit seed, counter = element index), derived from a stable identity:
+
+    stream(layer)         = mix(blake2b-64(qualified name)), or mix(seed) for a layer built without a name
+    sr_seed(layer, step, use) = 2^62 | (mix(stream ^ mix(step ^ mix(use))) mod 2^62)
+
+``use`` names the operand and the GEMM ("dy.dgrad", "dy.wgrad", "x.fprop", ...); ``step`` counts the layer's
+training forward passes. ``mix`` is the splitmix64 finalizer (a bijection of 64-bit integers), so different
+(stream, step, use) give different keys except with probability about 2^-62 per pair. The top bit pattern
+``2^62 | ...`` keeps every key in [2^62, 2^63): one signed 64-bit kernel argument type for all of them.
+RHT signs: ``rht_seed`` for every layer ("fixed"), or ``mix(stream ^ rht_seed) mod 2^62`` ("per_layer").
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+_M64 = (1 << 64) - 1
+_USES = ("x.fprop", "x.wgrad", "w.fprop", "w.dgrad", "dy.dgrad", "dy.wgrad")
+
+
+def mix(v: int) -> int:
+    """splitmix64 finalizer: a bijection of 64-bit integers that spreads every input bit over the output."""
+    z = (v + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def stream_of_name(name: str) -> int:
+    """Stream id of a layer from its qualified module name (stable across runs, processes and ranks)."""
+    return mix(int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(), "little"))
+
+
+def stream_of_seed(seed: int) -> int:
+    """Stream id of a layer built from an integer seed (no name)."""
+    return mix(int(seed) & _M64)
+
+
+def sr_seed(stream: int, step: int, use: str) -> int:
+    """Philox seed (in [2^62, 2^63)) of the stochastic rounding of operand use ``use`` at ``step``."""
+    u = _USES.index(use)
+    return (1 << 62) | (mix(stream ^ mix((int(step) & _M64) ^ mix(u))) & ((1 << 62) - 1))
+
+
+def rht_seed_for(stream: int, rht_seed: int, policy: str) -> int:
+    """RHT sign seed of a layer under the recipe's ``rht_signs`` policy ("fixed" or "per_layer")."""
+    if policy == "fixed":
+        return int(rht_seed)
+    return mix(stream ^ (int(rht_seed) & _M64)) & ((1 << 62) - 1)
