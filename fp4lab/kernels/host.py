@@ -98,6 +98,7 @@ class CachedLaunch:
 
     def __init__(self, fn: Any, grid: tuple[int, ...], consts: dict[str, Any], options: dict[str, Any]) -> None:
         self.fn, self.grid, self.consts, self.options = fn, grid, consts, options
+        self._grid3 = tuple(grid) + (1,) * (3 - len(grid))  # the compiled kernel's runner wants all three
         self.compiled: Any = None
         self.signature: tuple | None = None
         if interpreting():  # an InterpretedFunction: no compiled kernel to call directly
@@ -132,4 +133,4 @@ class CachedLaunch:
         full = list(args)
         for i, name in self._slots:
             full.insert(i, self.consts[name])
-        self.compiled[self.grid](*full)
+        self.compiled[self._grid3](*full)
