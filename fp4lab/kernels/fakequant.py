@@ -2,12 +2,15 @@
 nearest-even) or fp32 GEMM operands, for blocks along K (the last axis) and/or along M (axis 0) of a 2-D [M, K]
 tensor, with fused RHT and stochastic rounding.
 
-One program reads a [BM, BK] tile once (held as even/odd column halves, as in quantize.py) and produces
+One program reads a [BM, BK] tile once and produces
 
-* along K: the tile's 1-D blocks (or 2-D tiles) along its rows, rotated along K (``RHT_K``);
-* along M: its 1-D blocks along columns, rotated along M (``RHT_M``): each column half is transposed and split
-  into even/odd rows, so the same ``quantize_halves`` pipeline (with ``BM`` and ``C2`` exchanged) runs on it, and
-  the values are transposed back before the store.
+* along K: the tile's 1-D blocks (or 2-D tiles) along its rows, rotated along K (``RHT_K``); the tile is held as
+  its even and odd columns (two [BM, BK/2] halves, as in quantize.py);
+* along M: its 1-D blocks along columns, rotated along M (``RHT_M``). The tile is then loaded as four quarters,
+  (even, odd rows) x (even, odd columns), each [BM/2, BK/2] and loaded straight from memory: the K blocking runs
+  on the even-row and on the odd-row halves, and the M blocking runs the same ``quantize_halves`` pipeline as a
+  "2-D tile" of ``block/2`` rows x 1 column per half, the halves being the even and odd rows. No data moves
+  between threads except inside the reductions and the butterflies.
 
 Both outputs keep the input's [M, K] layout. SR comparands follow the quantize contract on the element's flat
 index in the [M, K] input (independent seeds per output), so every output equals the quantize kernel's codes
@@ -23,7 +26,7 @@ import triton.language as tl
 
 from fp4lab.kernels.dequantize import bf16_bits_rtne
 from fp4lab.kernels.quantize import _blocks, _expand, quantize_halves, tensor_scale
-from fp4lab.kernels.tile import decode_elements, f32_of, load_f32, pair_tile, philox_pairs, rht_pairs
+from fp4lab.kernels.tile import decode_elements, f32_of, load_f32, pair_tile, philox_pairs, rht_pairs, rht_row_pairs
 
 
 @triton.jit
@@ -63,18 +66,51 @@ def _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, BM: tl.constexpr, C2
 
 
 @triton.jit
-def _transpose_halves(e, o, R: tl.constexpr, C2: tl.constexpr):
-    """Even/odd column halves e, o [R, C2] of a tile -> for each half, its transpose split into even and odd
-    rows: (e_even_rows, e_odd_rows, o_even_rows, o_odd_rows), each [C2, R // 2]."""
-    a, b = tl.split(tl.reshape(tl.trans(e), [C2, R // 2, 2]))
-    c, d = tl.split(tl.reshape(tl.trans(o), [C2, R // 2, 2]))
-    return a, b, c, d
+def _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND: tl.constexpr, WORDS: tl.constexpr):
+    """fp32 even/odd column halves of rows ``rows``: bf16 pairs as int32 words (WORDS), else element loads."""
+    if WORDS:
+        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
+        return f32_of(w << 16), f32_of(w & -65536)
+    else:
+        return load_f32(x_ptr, addr_e, me, IN_KIND), load_f32(x_ptr, addr_o, mo, IN_KIND)
 
 
 @triton.jit
-def _untranspose(a, b, R: tl.constexpr, C2: tl.constexpr):
-    """Inverse of one half of ``_transpose_halves``: even/odd rows a, b [C2, R // 2] -> the half [R, C2]."""
-    return tl.trans(tl.reshape(tl.join(a, b), [C2, R]))
+def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g,
+             thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+             inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
+             R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+             RHT_N: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr, INTERP: tl.constexpr,
+             GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
+             N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
+             N_TG: tl.constexpr, N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
+             PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr,
+             FAST_RAND: tl.constexpr, SRW: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr,
+             EVEN_ADD: tl.constexpr, EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr,
+             SBIAS: tl.constexpr, SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr,
+             HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr,
+             HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr, EDIV: tl.constexpr, DIV_POW2: tl.constexpr,
+             ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr, FB: tl.constexpr,
+             QDIV: tl.constexpr, LEAN_OK: tl.constexpr):
+    """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them."""
+    C2: tl.constexpr = BK // 2
+    if RHT_N > 0:
+        xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, R, C2, RHT_N, False)
+    if SR:
+        re, ro = philox_pairs(seed, addr_e, addr_o, rows, tl.program_id(1) * BK, K, R, C2, FAST_RAND, SRW)
+    else:
+        re = addr_e
+        ro = addr_o
+    code_e, code_o, sc, S = quantize_halves(
+        xe, xo, re, ro, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
+        nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
+        min_s, max_s, zero_code, inf_code, snan_code, R, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
+        N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
+        SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE,
+        SZ_POS, POW2_GAPS, FB, QDIV, LEAN_OK)
+    ve, vo = _values(code_e, code_o, S, ts, vals_ptr, R, C2, TR, TC, TWO_D, METHOD, APPLY_TS, GKIND, EB, MB,
+                     EBIAS, STEP)
+    _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
 
 @triton.jit(do_not_specialize=["seed_k", "seed_m"])
@@ -106,78 +142,91 @@ def _fake_quant_kernel(
     C2: tl.constexpr = BK // 2
     pid_k = tl.program_id(1)
     first = (tl.program_id(0) == 0) & (pid_k == 0)
-    rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, 1, BM, C2, True)
-    if WORDS:
-        w = tl.load(x_ptr + rows[:, None] * K2 + kw[None, :], mask=mw, other=0)
-        xe = f32_of(w << 16)
-        xo = f32_of(w & -65536)
+    ts_k = 1.0
+    g_k = 1.0
+    ts_m = 1.0
+    g_m = 1.0
+    if TWO_LEVEL:
+        if ALONG_K:
+            ts_k, g_k = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE)
+            if first:
+                tl.store(ts_ptr, ts_k)
+        if ALONG_M:
+            ts_m, g_m = tensor_scale(tl.load(amax_ptr + 1), ts_den, ENCODE)
+            if first:
+                tl.store(ts_ptr + 1, ts_m)
+    if not ALONG_M:
+        rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, 1, BM, C2, True)
+        xe, xo = _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND, WORDS)
+        _along_k(xe, xo, outk_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed_k, signs_k_ptr, rscale_k,
+                 ts_k, g_k, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr,
+                 ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s,
+                 zero_code, inf_code, snan_code, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, GKIND, EB,
+                 MB, EBIAS, STEP, N_THR, L_THR, N_LVL, L_LVL, N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR,
+                 FAST_RAND, SRW, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
+                 HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB,
+                 QDIV_K, LEAN_OK)
     else:
-        xe = load_f32(x_ptr, addr_e, me, IN_KIND)
-        xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
-    if ALONG_K:
-        ye, yo = xe, xo
-        if RHT_K > 0:
-            ye, yo = rht_pairs(ye, yo, signs_k_ptr, ce, rscale_k, BM, C2, RHT_K, False)
-        if SR:
-            re, ro = philox_pairs(seed_k, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND, SRW)
-        else:
-            re = addr_e
-            ro = addr_o
-        ts = 1.0
-        g = 1.0
-        if TWO_LEVEL:
-            ts, g = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE)
-            if first:
-                tl.store(ts_ptr, ts)
-        code_e, code_o, sc, S = quantize_halves(
-            ye, yo, re, ro, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-            nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-            min_s, max_s, zero_code, inf_code, snan_code, BM, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
-            N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
-            SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE,
-            SZ_POS, POW2_GAPS, FB, QDIV_K, LEAN_OK)
-        ve, vo = _values(code_e, code_o, S, ts, vals_ptr, BM, C2, TR, TC, TWO_D, METHOD, APPLY_TS, GKIND, EB, MB,
-                         EBIAS, STEP)
-        _store(outk_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, BM, C2, OUT_F32, INTERP)
-    if ALONG_M:
         H: tl.constexpr = BM // 2
-        # even columns' (even rows, odd rows), odd columns' (even rows, odd rows): [C2, H] each
-        a_e, a_o, b_e, b_o = _transpose_halves(xe, xo, BM, C2)
+        kw = pid_k * C2 + tl.arange(0, C2)
+        ce = 2 * kw
+        rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
+        rows_o = rows_e + 1
+        cm = (ce < K)[None, :]
+        cmo = (ce + 1 < K)[None, :]
+        wm = (kw < K2)[None, :]
+        me_e = (rows_e < M)[:, None]
+        me_o = (rows_o < M)[:, None]
+        ae_e = rows_e[:, None] * K + ce[None, :]
+        ae_o = rows_o[:, None] * K + ce[None, :]
+        # quarters: x[even rows, even cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd cols]
+        xee, xeo = _load_halves(x_ptr, rows_e, kw, ae_e, ae_e + 1, me_e & cm, me_e & cmo, me_e & wm, K2, IN_KIND,
+                                WORDS)
+        xoe, xoo = _load_halves(x_ptr, rows_o, kw, ae_o, ae_o + 1, me_o & cm, me_o & cmo, me_o & wm, K2, IN_KIND,
+                                WORDS)
+        if ALONG_K:
+            for r in tl.static_range(2):
+                if r == 0:
+                    rr, a_e, ye, yo, rm_ = rows_e, ae_e, xee, xeo, me_e
+                else:
+                    rr, a_e, ye, yo, rm_ = rows_o, ae_o, xoe, xoo, me_o
+                _along_k(ye, yo, outk_ptr, rr, kw, ce, a_e, a_e + 1, rm_, rm_ & wm, K, K2, seed_k, signs_k_ptr,
+                         rscale_k, ts_k, g_k, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
+                         nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr,
+                         svals_ptr, min_s, max_s, zero_code, inf_code, snan_code, H, BK, TR, TC, TWO_D, RHT_K,
+                         OUT_F32, APPLY_TS, INTERP, GKIND, EB, MB, EBIAS, STEP, N_THR, L_THR, N_LVL, L_LVL, N_TG,
+                         N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, FAST_RAND, SRW, METHOD, EXP_MODE,
+                         EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
+                         SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_K, LEAN_OK)
+        # along M: per column parity, the even-row and odd-row halves form blocks of TC // 2 rows each
         if RHT_M > 0:
-            rr = tl.program_id(0) * BM + 2 * tl.arange(0, H)
-            a_e, a_o = rht_pairs(a_e, a_o, signs_m_ptr, rr, rscale_m, C2, H, RHT_M, False)
-            b_e, b_o = rht_pairs(b_e, b_o, signs_m_ptr, rr, rscale_m, C2, H, RHT_M, False)
+            xee, xoe = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
+            xeo, xoo = rht_row_pairs(xeo, xoo, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
         if SR:
-            se, so = philox_pairs(seed_m, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND, SRW)
-            ra_e, ra_o, rb_e, rb_o = _transpose_halves(se, so, BM, C2)
+            ree, reo = philox_pairs(seed_m, ae_e, ae_e + 1, rows_e, pid_k * BK, K, H, C2, FAST_RAND, SRW)
+            roe, roo = philox_pairs(seed_m, ae_o, ae_o + 1, rows_o, pid_k * BK, K, H, C2, FAST_RAND, SRW)
         else:
-            ra_e = a_e.to(tl.int32, bitcast=True)
-            ra_o = ra_e
-            rb_e = ra_e
-            rb_o = ra_e
-        ts = 1.0
-        g = 1.0
-        if TWO_LEVEL:
-            ts, g = tensor_scale(tl.load(amax_ptr + 1), ts_den, ENCODE)
-            if first:
-                tl.store(ts_ptr + 1, ts)
-        ca_e, ca_o, sca, Sa = quantize_halves(
-            a_e, a_o, ra_e, ra_o, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
+            ree = ae_e
+            reo = ae_e
+            roe = ae_e
+            roo = ae_e
+        c_ee, c_oe, sc_e, S_e = quantize_halves(
+            xee, xoe, ree, roe, ts_m, g_m, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
             nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-            min_s, max_s, zero_code, inf_code, snan_code, C2, H, 1, TC, False, N_THR, L_THR, N_LVL, L_LVL, N_TG,
-            N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
-            SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE,
-            SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK)
-        cb_e, cb_o, scb, Sb = quantize_halves(
-            b_e, b_o, rb_e, rb_o, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
+            min_s, max_s, zero_code, inf_code, snan_code, H, C2, TC // 2, 2, True, N_THR, L_THR, N_LVL, L_LVL,
+            N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND,
+            SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2,
+            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK)
+        v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, METHOD, APPLY_TS, GKIND, EB,
+                             MB, EBIAS, STEP)
+        c_eo, c_oo, sc_o, S_o = quantize_halves(
+            xeo, xoo, reo, roo, ts_m, g_m, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
             nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-            min_s, max_s, zero_code, inf_code, snan_code, C2, H, 1, TC, False, N_THR, L_THR, N_LVL, L_LVL, N_TG,
-            N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
-            SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE,
-            SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK)
-        va_e, va_o = _values(ca_e, ca_o, Sa, ts, vals_ptr, C2, H, 1, TC, False, METHOD, APPLY_TS, GKIND, EB, MB,
-                             EBIAS, STEP)
-        vb_e, vb_o = _values(cb_e, cb_o, Sb, ts, vals_ptr, C2, H, 1, TC, False, METHOD, APPLY_TS, GKIND, EB, MB,
-                             EBIAS, STEP)
-        _store(outm_ptr, _untranspose(va_e, va_o, BM, C2), _untranspose(vb_e, vb_o, BM, C2), rows, kw, ce, rmask,
-               mw, K, K2, BM, C2, OUT_F32, INTERP)
+            min_s, max_s, zero_code, inf_code, snan_code, H, C2, TC // 2, 2, True, N_THR, L_THR, N_LVL, L_LVL,
+            N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND,
+            SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2,
+            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK)
+        v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, METHOD, APPLY_TS, GKIND, EB,
+                             MB, EBIAS, STEP)
+        _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
+        _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)

@@ -530,3 +530,26 @@ def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.cons
             return _narrow_fields(w0, w1, w2, w3, R, C2, SRW)
     else:
         return _draw_at(seed, addr_e, SRW), _draw_at(seed, addr_o, SRW)
+
+
+@triton.jit
+def butterfly_rows(v, R: tl.constexpr, C: tl.constexpr, H: tl.constexpr):
+    """One FWHT stage on v [R, C] along rows: in each group of 2H consecutive rows, (a_j, a_{j+H}) -> (a + b, a - b)."""
+    w = tl.permute(tl.reshape(v, [R // (2 * H), 2, H, C]), [0, 2, 3, 1])
+    a, b = tl.split(w)
+    w = tl.permute(tl.join(a + b, a - b), [0, 3, 1, 2])
+    return tl.reshape(w, [R, C])
+
+
+@triton.jit
+def rht_row_pairs(e, o, signs_ptr, rows_e, rscale, R: tl.constexpr, C: tl.constexpr, N: tl.constexpr):
+    """Forward RHT along rows of a tile held as even/odd row halves e, o [R, C] (rows_e: global even row indices):
+    ``c * FWHT(s * v)`` over each N-row chunk. Stage h = 1 pairs (even, odd) elementwise; stages h >= 2 act within
+    each half with h/2 (the same butterflies, in the same order, as ``rht_pairs`` along columns)."""
+    e = e * tl.load(signs_ptr + (rows_e % N))[:, None]
+    o = o * tl.load(signs_ptr + ((rows_e + 1) % N))[:, None]
+    e, o = e + o, e - o
+    for s in tl.static_range((N // 2).bit_length() - 1):
+        e = butterfly_rows(e, R, C, 1 << s)
+        o = butterfly_rows(o, R, C, 1 << s)
+    return e * rscale, o * rscale
