@@ -14,11 +14,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify", help="compare the Triton kernels with the emulator's reference, bit for bit",
         description="Quantize random and adversarial tensors with the Triton kernels and the numpy reference "
         "(every format, rtne and sr, RHT off and 16) and compare codes, scales, tensor scale and dequantized "
-        "values bit for bit. Exit code 1 on any mismatch.")
+        "values bit for bit; fake-quantize 2-D tensors with the fused kernel along K and M (SR widths 24/16/8, "
+        "bf16 and fp32 outputs) and compare both outputs and tensor scales. Exit code 1 on any mismatch.")
     p.add_argument("--formats", nargs="+", default=None, help="format names or spec files (default: all registered)")
     p.add_argument("--elements", type=float, default=2e5, help="total elements over all cases (default 2e5)")
     p.add_argument("--device", choices=("cuda", "interpreter"), default=None,
                    help="cuda (needs a GPU) or interpreter (TRITON_INTERPRET=1 on CPU); default: cuda if available")
+    p.add_argument("--ops", nargs="+", choices=("quantize", "fakequant"), default=["quantize", "fakequant"],
+                   help="kernels to verify (default both; with both, fakequant gets about a quarter of the elements)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, help="processes (cuda only), each with its own context")
     p.add_argument("--json", default=None, help="also write the summary as JSON to this path")
@@ -60,17 +63,18 @@ def handler(args: argparse.Namespace) -> int:
     for f in formats:
         fmt = get_format(f)
         names.append(fmt.name if f in list_formats() else f)
-    cases = plan_cases(names, int(args.elements), seed=args.seed)
+    cases = plan_cases(names, int(args.elements), seed=args.seed, ops=tuple(dict.fromkeys(args.ops)))
     t0 = time.time()
     outcomes = run_cases(cases, "cuda" if device == "cuda" else "cpu",
                          workers=args.workers if device == "cuda" else 1, progress=True)
     rows, first = summarize(outcomes)
     table = Table(title=f"fp4lab verify ({device}, {time.time() - t0:.1f} s)")
     for col in ("format", "cases", "elements", "failed_cases", "mismatches"):
-        table.add_column(col, justify="left" if col == "format" else "right")
-    for r in rows:
+        table.add_column(col, justify="left" if col == "format" else "right", no_wrap=col == "format")
+    for i, r in enumerate(rows):  # quantize rows, then "name (fakequant)" rows, a rule between the two
+        last_of_op = i + 1 < len(rows) and rows[i + 1]["op"] != r["op"]
         table.add_row(*(str(r[c]) for c in ("format", "cases", "elements", "failed_cases", "mismatches")),
-                      style="red" if r["mismatches"] else None)
+                      style="red" if r["mismatches"] else None, end_section=last_of_op)
     total = sum(r["elements"] for r in rows)
     bad = sum(r["mismatches"] for r in rows)
     table.add_row("total", str(len(outcomes)), str(total), str(sum(r["failed_cases"] for r in rows)), str(bad))

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from fp4lab.kernels.dequantize import bf16_bits_rtne
 from fp4lab.kernels.quantize import _blocks, _expand, quantize_halves, tensor_scale
-from fp4lab.kernels.tile import decode_elements, f32_of, load_f32, pair_tile, philox_pairs, rht_pairs, rht_row_pairs
+from fp4lab.kernels.tile import decode_elements, f32_of, is_finite, load_f32, pair_tile, philox_pairs, rht_pairs, rht_row_pairs
 
 
 @triton.jit
@@ -230,3 +230,54 @@ def _fake_quant_kernel(
                              MB, EBIAS, STEP)
         _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
         _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)
+
+
+@triton.jit
+def _finite_amax(a, b):
+    """Scalar: max of the finite |v| over two tiles (0 if none)."""
+    fa = tl.where(is_finite(a), tl.abs(a), 0.0)
+    fb = tl.where(is_finite(b), tl.abs(b), 0.0)
+    return tl.max(tl.max(tl.maximum(fa, fb), axis=1), axis=0)
+
+
+@triton.jit
+def _amax2_kernel(x_ptr, part_ptr, signs_k_ptr, signs_m_ptr, rscale_k, rscale_m, M, K, K2,
+                  BM: tl.constexpr, BK: tl.constexpr, IN_KIND: tl.constexpr, WORDS: tl.constexpr,
+                  ALONG_K: tl.constexpr, ALONG_M: tl.constexpr, RHT_K: tl.constexpr, RHT_M: tl.constexpr):
+    """One read of a [BM, BK] tile: ``part[pid]`` = the finite amax of the tile rotated along K (RHT_K), and
+    ``part[n_programs + pid]`` = rotated along M (RHT_M); 0 for a blocking not asked for."""
+    C2: tl.constexpr = BK // 2
+    H: tl.constexpr = BM // 2
+    pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    nprog = tl.num_programs(0) * tl.num_programs(1)
+    kw = tl.program_id(1) * C2 + tl.arange(0, C2)
+    ce = 2 * kw
+    rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
+    rows_o = rows_e + 1
+    cm = (ce < K)[None, :]
+    cmo = (ce + 1 < K)[None, :]
+    wm = (kw < K2)[None, :]
+    me_e = (rows_e < M)[:, None]
+    me_o = (rows_o < M)[:, None]
+    ae_e = rows_e[:, None] * K + ce[None, :]
+    ae_o = rows_o[:, None] * K + ce[None, :]
+    xee, xeo = _load_halves(x_ptr, rows_e, kw, ae_e, ae_e + 1, me_e & cm, me_e & cmo, me_e & wm, K2, IN_KIND, WORDS)
+    xoe, xoo = _load_halves(x_ptr, rows_o, kw, ae_o, ae_o + 1, me_o & cm, me_o & cmo, me_o & wm, K2, IN_KIND, WORDS)
+    amax_k = 0.0
+    amax_m = 0.0
+    if ALONG_K:
+        if RHT_K > 0:
+            ye, yo = rht_pairs(xee, xeo, signs_k_ptr, ce, rscale_k, H, C2, RHT_K, False)
+            ze, zo = rht_pairs(xoe, xoo, signs_k_ptr, ce, rscale_k, H, C2, RHT_K, False)
+            amax_k = tl.maximum(_finite_amax(ye, yo), _finite_amax(ze, zo))
+        else:
+            amax_k = tl.maximum(_finite_amax(xee, xeo), _finite_amax(xoe, xoo))
+    if ALONG_M:
+        if RHT_M > 0:
+            ye, ze = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
+            yo, zo = rht_row_pairs(xeo, xoo, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
+            amax_m = tl.maximum(_finite_amax(ye, yo), _finite_amax(ze, zo))
+        else:
+            amax_m = tl.maximum(_finite_amax(xee, xeo), _finite_amax(xoe, xoo))
+    tl.store(part_ptr + pid, amax_k)
+    tl.store(part_ptr + nprog + pid, amax_m)

@@ -476,21 +476,37 @@ def _sr_comparand(r, SRW: tl.constexpr):
 
 
 @triton.jit
+def _interleave4(a, b, c, d):
+    """[..., 4 * n] from four [..., n]: a0 b0 c0 d0 a1 b1 ... along a new minor axis, flattened by the caller."""
+    return tl.join(tl.join(a, c), tl.join(b, d))
+
+
+@triton.jit
 def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr):
     """Even/odd-half comparands [R, C2] of the elements served by calls w0..w3 [R, C2 // (2 * PER)] of one
-    row, PER = 32 // SRW: call element o = 2t (+1 odd) takes field o % PER of word o // PER."""
-    PER: tl.constexpr = 32 // SRW
-    NC: tl.constexpr = C2 // (2 * PER)
-    t = tl.arange(0, 2 * PER)[None, None, :]
-    j = (2 * t) // PER
-    sel = tl.where(j == 0, w0[:, :, None], tl.where(j == 1, w1[:, :, None],
-                                                    tl.where(j == 2, w2[:, :, None], w3[:, :, None])))
-    mask: tl.constexpr = (1 << SRW) - 1
-    fe = ((2 * t) % PER) * SRW
-    fo = ((2 * t + 1) % PER) * SRW
-    re = tl.reshape((sel >> fe.to(tl.uint32)) & mask, [R, C2])
-    ro = tl.reshape((sel >> fo.to(tl.uint32)) & mask, [R, C2])
-    return _sr_comparand(re.to(tl.int32), SRW), _sr_comparand(ro.to(tl.int32), SRW)
+    row, PER = 32 // SRW: call element o takes field o % PER of word o // PER, so the even elements of a call
+    are (word j, even fields) in (j, field) order and the odd ones the odd fields."""
+    M: tl.constexpr = (1 << SRW) - 1
+    if SRW == 16:  # per call: even elements = low halves of w0..w3, odd elements = high halves
+        re = _interleave4(w0 & M, w1 & M, w2 & M, w3 & M)
+        ro = _interleave4(w0 >> 16, w1 >> 16, w2 >> 16, w3 >> 16)
+    elif SRW == 8:  # even: bytes 0 and 2 of each word; odd: bytes 1 and 3
+        re = tl.join(_interleave4(w0 & M, w1 & M, w2 & M, w3 & M),
+                     _interleave4((w0 >> 16) & M, (w1 >> 16) & M, (w2 >> 16) & M, (w3 >> 16) & M))
+        ro = tl.join(_interleave4((w0 >> 8) & M, (w1 >> 8) & M, (w2 >> 8) & M, (w3 >> 8) & M),
+                     _interleave4(w0 >> 24, w1 >> 24, w2 >> 24, w3 >> 24))
+    else:  # 4 bits: even: nibbles 0, 2, 4, 6; odd: 1, 3, 5, 7
+        re = tl.join(tl.join(_interleave4(w0 & M, w1 & M, w2 & M, w3 & M),
+                             _interleave4((w0 >> 16) & M, (w1 >> 16) & M, (w2 >> 16) & M, (w3 >> 16) & M)),
+                     tl.join(_interleave4((w0 >> 8) & M, (w1 >> 8) & M, (w2 >> 8) & M, (w3 >> 8) & M),
+                             _interleave4((w0 >> 24) & M, (w1 >> 24) & M, (w2 >> 24) & M, (w3 >> 24) & M)))
+        ro = tl.join(tl.join(_interleave4((w0 >> 4) & M, (w1 >> 4) & M, (w2 >> 4) & M, (w3 >> 4) & M),
+                             _interleave4((w0 >> 20) & M, (w1 >> 20) & M, (w2 >> 20) & M, (w3 >> 20) & M)),
+                     tl.join(_interleave4((w0 >> 12) & M, (w1 >> 12) & M, (w2 >> 12) & M, (w3 >> 12) & M),
+                             _interleave4(w0 >> 28, w1 >> 28, w2 >> 28, w3 >> 28)))
+    re = tl.reshape(re, [R, C2]).to(tl.int32)
+    ro = tl.reshape(ro, [R, C2]).to(tl.int32)
+    return _sr_comparand(re, SRW), _sr_comparand(ro, SRW)
 
 
 @triton.jit

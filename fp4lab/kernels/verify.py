@@ -1,10 +1,13 @@
 """``fp4lab verify``: Triton kernels against the plain-numpy reference, bit for bit.
 
-Each case quantizes one tensor (random or adversarial data: ties, values next to powers of two, zeros,
-subnormals, huge values, NaN/Inf, all-zero blocks) with one format, rounding (rtne / sr), RHT (off / 16) and
-blocked axis (last / first), then compares codes, scale codes, scales, tensor scale and the dequantized fp32
-values with ``quantize_reference`` / ``dequantize_reference`` as integer bit patterns. Any difference is a
-mismatch (NaN results compare equal whatever their payload and sign); the first one is reported in full.
+Each ``quantize`` case quantizes one tensor (random or adversarial data: ties, values next to powers of two,
+zeros, subnormals, huge values, NaN/Inf, all-zero blocks) with one format, rounding (rtne / sr), RHT (off / 16)
+and blocked axis (last / first), then compares codes, scale codes, scales, tensor scale and the dequantized fp32
+values with ``quantize_reference`` / ``dequantize_reference`` as integer bit patterns. Each ``fakequant`` case
+runs the fused fake-quantize kernel (``fake_quantize_triton``) on a 2-D tensor along K and along M at once (RHT,
+SR and its random-bit width per case, bf16 or fp32 outputs, with or without the tensor scale) and compares both
+outputs and tensor scales with ``fake_quantize_reference``. Any difference is a mismatch (NaN results compare
+equal whatever their payload and sign); the first one is reported in full.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import numpy as np
 
 F32 = np.float32
 KINDS = ("random", "adversarial")
+OPS = ("quantize", "fakequant")
+FAKEQUANT_SHARE = 0.25  # fraction of a run's elements spent on fakequant cases when both ops run
 
 
 @dataclass(frozen=True)
@@ -30,13 +35,27 @@ class Case:
     cols: int
     seed: int
     dtype: str = "fp32"  # kernel input dtype: fp32, or bf16 (inputs rounded to bf16 first)
+    op: str = "quantize"  # "quantize", or "fakequant" (both blockings of a 2-D tensor; ``axis`` unused)
+    sr_bits: int = 24  # random bits per element of "sr"
+    out_dtype: str = "bf16"  # fakequant output dtype: bf16 or fp32
+    apply_ts: bool = True  # fakequant: outputs include the tensor scale of two-level formats
 
     @property
     def elements(self) -> int:
         return self.rows * self.cols
 
+    @property
+    def group(self) -> str:
+        """The summary row: the format, with " (fakequant)" for fake-quantize cases."""
+        return self.fmt if self.op == "quantize" else f"{self.fmt} ({self.op})"
+
     def label(self) -> str:
-        return (f"{self.fmt} {self.rounding} rht={self.rht} axis={self.axis} {self.kind} "
+        if self.op == "fakequant":
+            return (f"fakequant {self.fmt} {self.rounding} sr_bits={self.sr_bits} rht={self.rht} {self.kind} "
+                    f"{self.rows}x{self.cols} seed={self.seed} {self.dtype} out={self.out_dtype} "
+                    f"apply_ts={self.apply_ts}")
+        sr = f" sr_bits={self.sr_bits}" if self.sr_bits != 24 else ""
+        return (f"{self.fmt} {self.rounding}{sr} rht={self.rht} axis={self.axis} {self.kind} "
                 f"{self.rows}x{self.cols} seed={self.seed} {self.dtype}")
 
 
@@ -78,8 +97,29 @@ def make_input(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
 
 
 def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None, 16),
-               roundings=("rtne", "sr")) -> list[Case]:
-    """Cases covering formats x roundings x RHT x kinds, axes alternating, with about ``elements`` in total."""
+               roundings=("rtne", "sr"), ops=OPS) -> list[Case]:
+    """Cases covering formats x roundings x RHT x kinds with about ``elements`` in total: quantize cases (axes
+    alternating) and, when ``ops`` has both, fakequant cases on about ``FAKEQUANT_SHARE`` of the elements (of the
+    planned total: cases have a minimum size, so a small ``elements`` is exceeded)."""
+    ops = tuple(ops)
+    bad = [op for op in ops if op not in OPS]
+    if bad or not ops:
+        from fp4lab.errors import InputError
+
+        raise InputError(f"verify: ops must be among {', '.join(OPS)}, got {', '.join(map(str, ops)) or 'none'}")
+    cases: list[Case] = []
+    if "quantize" in ops:
+        share = elements if "fakequant" not in ops else int(elements * (1 - FAKEQUANT_SHARE))
+        cases = _plan_quantize(formats, share, seed, rht_sizes, roundings)
+    if "fakequant" in ops:
+        q = sum(c.elements for c in cases)
+        budget = elements if not cases else max(int(elements * FAKEQUANT_SHARE),
+                                                 int(q * FAKEQUANT_SHARE / (1 - FAKEQUANT_SHARE)))
+        cases += _plan_fakequant(formats, budget, seed + len(cases), rht_sizes, roundings)
+    return cases
+
+
+def _plan_quantize(formats: list[str], elements: int, seed: int, rht_sizes, roundings) -> list[Case]:
     from fp4lab.formats.registry import get_format
 
     combos = []
@@ -105,6 +145,52 @@ def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None
         if axis == 0:
             rows, cols = cols, rows
         cases.append(Case(name, rounding, rht, axis, kind, rows, cols, seed + i, dtype))
+    return cases
+
+
+def _fakequant_combos(roundings, rht_sizes) -> list[tuple[str, int | None, str]]:
+    """(rounding, rht, kind) in an order where each run of len/2 from the start or the middle holds every
+    rounding, RHT size and kind (a Gray-code walk), so a format given half of them is still covered."""
+    full = [(r, h, k) for r in roundings for h in rht_sizes for k in KINDS]
+    if len(roundings) != 2 or len(rht_sizes) != 2:
+        return full
+    (r0, r1), (h0, h1), (k0, k1) = roundings, rht_sizes, KINDS
+    return [(r0, h0, k0), (r1, h1, k0), (r1, h0, k1), (r0, h1, k1),
+            (r1, h0, k0), (r0, h1, k0), (r0, h0, k1), (r1, h1, k1)]
+
+
+def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, roundings) -> list[Case]:
+    """Fake-quantize cases: 2-D [M, K] inputs with M and K multiples of 64, the block and the RHT size (M-blocking
+    needs the tile height); each format takes as many (rounding, RHT, kind) combinations as the budget allows at
+    the minimum case size (at least 2 each), rotating through them across formats. SR widths cycle 24, 16, 8;
+    input dtype, output dtype and (for two-level formats) ``apply_ts`` alternate with different periods."""
+    from fp4lab.formats.registry import get_format
+
+    combos = _fakequant_combos(roundings, rht_sizes)
+    nf = max(len(formats), 1)
+    min_elems = 64 * 256
+    take = min(len(combos), max(2, elements // (min_elems * nf)))
+    per = max(elements // (take * nf), 1)
+    cases = []
+    n_sr = 0
+    i = 0
+    for f, name in enumerate(formats):
+        fmt = get_format(name)
+        bs = max(fmt.block.shape) if fmt.block is not None else 1
+        two_level = fmt.tensor_scale != "none"
+        for j in range(take):
+            rounding, rht, kind = combos[(f * take + j) % len(combos)]
+            unit = math.lcm(bs, rht or 1, 64)
+            cols = max(unit, 1024 if per >= 1 << 20 else 256)
+            rows = max(unit, -(-per // cols) // unit * unit or unit)
+            sr_bits = 24
+            if rounding == "sr":
+                sr_bits = (24, 16, 8)[n_sr % 3]
+                n_sr += 1
+            cases.append(Case(name, rounding, rht, -1, kind, rows, cols, seed + i, ("fp32", "bf16")[(j + f) % 2],
+                              op="fakequant", sr_bits=sr_bits, out_dtype=("bf16", "fp32")[(j + f // 2) % 2],
+                              apply_ts=not (two_level and i % 3 == 2)))
+            i += 1
     return cases
 
 
@@ -183,15 +269,57 @@ def kernel_fields(case: Case, x: np.ndarray, device: str) -> dict[str, np.ndarra
             "tensor_scale": ts, "dequantized": d.cpu().numpy()}
 
 
+def _fq_blockings(case: Case) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(rht_seed, seed) along K and along M: distinct streams per output."""
+    return (case.seed + 1, case.seed), (case.seed + 3, case.seed + 2)
+
+
+def fakequant_reference_fields(case: Case, x: np.ndarray) -> dict[str, np.ndarray]:
+    from fp4lab.emulator.fakequant import fake_quantize_reference
+    from fp4lab.formats.registry import get_format
+
+    fmt = get_format(case.fmt)
+    out: dict[str, np.ndarray] = {}
+    for key, axis, (rht_seed, seed) in zip("km", (-1, 0), _fq_blockings(case)):
+        with np.errstate(all="ignore"):
+            y, ts = fake_quantize_reference(x, fmt, case.rounding, seed, axis, case.rht, rht_seed, case.sr_bits,
+                                            case.out_dtype, case.apply_ts)
+        out[f"y_{key}"] = np.ascontiguousarray(y, F32)
+        out[f"ts_{key}"] = np.array([np.nan if ts is None else ts], F32)
+    return out
+
+
+def fakequant_kernel_fields(case: Case, x: np.ndarray, device: str) -> dict[str, np.ndarray]:
+    import torch
+
+    from fp4lab.formats.registry import get_format
+    from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+
+    xt = torch.from_numpy(x).to(device)
+    if case.dtype == "bf16":
+        xt = xt.to(torch.bfloat16)  # exact: run_case rounded x to bf16 values already
+    (rs_k, s_k), (rs_m, s_m) = _fq_blockings(case)
+    yk, ym, tsk, tsm = fake_quantize_triton(
+        xt, get_format(case.fmt), case.rounding, along_k=Blocking(case.rht, rs_k, s_k),
+        along_m=Blocking(case.rht, rs_m, s_m), sr_bits=case.sr_bits,
+        out_dtype=torch.float32 if case.out_dtype == "fp32" else torch.bfloat16, apply_tensor_scale=case.apply_ts)
+
+    def ts(t: Any) -> np.ndarray:
+        return np.array([np.nan if t is None else float(t.reshape(()))], F32)
+
+    return {"y_k": yk.float().cpu().numpy(), "ts_k": ts(tsk), "y_m": ym.float().cpu().numpy(), "ts_m": ts(tsm)}
+
+
 def run_case(case: Case, device: str) -> Outcome:
     x = make_input(case.kind, case.rows, case.cols, case.seed)
     if case.dtype == "bf16":
         import torch
 
         x = torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
+    fq = case.op == "fakequant"
     with np.errstate(all="ignore"):  # the interpreter evaluates inf/NaN arithmetic with numpy
-        got = kernel_fields(case, x, device)
-    return compare(case, got, reference_fields(case, x))
+        got = (fakequant_kernel_fields if fq else kernel_fields)(case, x, device)
+    return compare(case, got, (fakequant_reference_fields if fq else reference_fields)(case, x))
 
 
 def _worker(args: tuple[list[Case], str, Any]) -> list[Outcome]:
@@ -215,7 +343,7 @@ def run_cases(cases: list[Case], device: str, workers: int = 1, progress: bool =
         if workers <= 1:
             outcomes = []
             for c in cases:
-                bar.update(task, description=f"verify {c.fmt} {c.rounding} rht={c.rht}")
+                bar.update(task, description=f"verify {c.group} {c.rounding} rht={c.rht}")
                 outcomes.append(run_case(c, device))
                 bar.advance(task, c.elements)
             return outcomes
@@ -238,12 +366,13 @@ def run_cases(cases: list[Case], device: str, workers: int = 1, progress: bool =
 
 
 def summarize(outcomes: list[Outcome]) -> tuple[list[dict[str, Any]], Outcome | None]:
-    """Per-format rows (cases, elements, mismatching cases, mismatching values) and the first failing outcome."""
+    """Rows per format and op (cases, elements, mismatching cases, mismatching values; quantize rows first, the
+    format column of fakequant rows reads "name (fakequant)") and the first failing outcome."""
     rows: dict[str, dict[str, Any]] = {}
     first = None
-    for o in outcomes:
-        r = rows.setdefault(o.case.fmt, {"format": o.case.fmt, "cases": 0, "elements": 0, "failed_cases": 0,
-                                         "mismatches": 0})
+    for o in sorted(outcomes, key=lambda o: OPS.index(o.case.op)):  # stable: case order within an op
+        r = rows.setdefault(o.case.group, {"format": o.case.group, "op": o.case.op, "cases": 0, "elements": 0,
+                                           "failed_cases": 0, "mismatches": 0})
         r["cases"] += 1
         r["elements"] += o.case.elements
         if o.mismatches:

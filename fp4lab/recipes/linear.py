@@ -86,7 +86,8 @@ def _scale(ts_a: Any, ts_b: Any) -> Any:
 
 def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = None, bias: Any = None) -> Any:
     """``a @ b`` (``* scale``) (``+ bias``) as ``out_dtype``: on CUDA one tensor-core GEMM with fp32 accumulation
-    (bias in cuBLAS's epilogue when there is no scale); on the CPU an fp32 GEMM of the (bf16-exact) operands."""
+    rounded to ``out_dtype`` (bias in cuBLAS's epilogue), then the folded tensor scale in one elementwise pass
+    (a second rounding when ``out_dtype`` is bf16); on the CPU an fp32 GEMM of the (bf16-exact) operands."""
     if not a.is_cuda:
         y = a.float() @ b.float()
         if scale is not None:
@@ -94,15 +95,13 @@ def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = N
         if bias is not None:
             y = y + bias.float()
         return y.to(out_dtype)
+    if scale is None and bias is not None and a.dtype == out_dtype:
+        return torch.addmm(bias.to(out_dtype), a, b)
+    y = torch.mm(a, b) if a.dtype == out_dtype else torch.mm(a, b, out_dtype=out_dtype)
     if scale is None:
-        if bias is not None and a.dtype == out_dtype:
-            return torch.addmm(bias.to(out_dtype), a, b)
-        y = torch.mm(a, b) if a.dtype == out_dtype else torch.mm(a, b, out_dtype=out_dtype)
-        return y if bias is None else y + bias.to(out_dtype)
-    y = torch.mm(a, b, out_dtype=torch.float32) if a.dtype != torch.float32 else torch.mm(a, b)
-    if bias is not None:
-        return torch.addcmul(bias.to(torch.float32), y, scale).to(out_dtype)
-    return y.mul_(scale).to(out_dtype)
+        return y if bias is None else y.add_(bias.to(out_dtype))
+    s = scale.reshape(())
+    return y.mul_(s) if bias is None else torch.addcmul(bias.to(out_dtype), y, s)
 
 
 class _QuantLinearFunction(torch.autograd.Function):
