@@ -29,14 +29,23 @@ class Blocking:
 
 @dataclass
 class _Plan:
-    launch: Any  # CachedLaunch of the fused kernel
-    tables: tuple
-    signs_k: Any
-    signs_m: Any
-    grid: tuple[int, int]
-    fixed: tuple  # runtime scalars that depend on the format only, in kernel order
-    two_level: bool
-    amax: Any  # CachedLaunch of the tensor-amax pass (two-level formats), else None
+    """What repeated calls with one signature share: "fused" (one kernel), "split" (one pass per blocking) or
+    "fallback" (quantize + dequantize kernels)."""
+
+    fmt: QuantFormat
+    mode: str
+    out_dtype: Any
+    kind: str = "fused"
+    launch: Any = None  # CachedLaunch of the fused kernel
+    args: tuple = ()  # its arguments between the outputs/scales and the seeds
+    signs_k: Any = None
+    signs_m: Any = None
+    fixed: tuple = ()  # runtime scalars that depend on the format only
+    two_level: bool = False
+    amax: Any = None  # CachedLaunch of the tensor-amax pass (two-level formats)
+    view_dtype: Any = None  # dtype of the output view the kernel writes
+    scratch: Any = None
+    dummy_out: Any = None
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -64,8 +73,9 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_m: bool, K: int, M
     return bm, bk, 4
 
 
-def _plan(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None, sr_bits: int,
-          out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None) -> _Plan:
+def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
+           sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None) -> None:
+    """Fill ``plan`` for the fused kernel: tile, constexprs, tables, RHT signs, amax pass."""
     import torch
 
     from fp4lab.emulator.philox import sr_elements_per_call
@@ -139,8 +149,12 @@ def _plan(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m
         amax = CachedLaunch(_amax2_kernel, g, dict(BM=abm, BK=abk, IN_KIND=in_kind, WORDS=words,
                                                    ALONG_K=along_k is not None, ALONG_M=along_m is not None,
                                                    RHT_K=rk, RHT_M=rm), options)
-    launch = CachedLaunch(_fake_quant_kernel, grid, consts, options)
-    return _Plan(launch, tables, signs_k, signs_m, grid, fixed, sp.two_level, amax)
+    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options)
+    f = fixed
+    thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = tables
+    plan.args = (thr, ctab, f[0], lvl, sctab, igap, vals, f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals,
+                 f[6], f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
+    plan.signs_k, plan.signs_m, plan.fixed, plan.two_level, plan.amax = signs_k, signs_m, fixed, sp.two_level, amax
 
 
 def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, *, along_k: Blocking | None = None,
@@ -153,12 +167,64 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     nearest-even; or torch.float32) holding ``dequantize(quantize(x, ...), rotated=True)`` for each requested
     blocking (None otherwise), and the 1-element fp32 tensor scales of two-level formats (None otherwise); with
     ``apply_tensor_scale=False`` the outputs leave the tensor scale out (a GEMM applies it to its result).
+    Everything but the seeds is checked once per distinct call signature; repeated calls cost a dictionary
+    lookup, the output allocations and one (two for two-level formats) kernel launch on the host.
     """
+    import torch
+
+    if not x.is_contiguous():
+        x = x.contiguous()
+    key = (id(fmt), rounding, x.shape, x.dtype, x.device, None if along_k is None else (along_k.rht,
+           along_k.rht_seed), None if along_m is None else (along_m.rht, along_m.rht_seed), sr_bits, out_dtype,
+           apply_tensor_scale, tile)
+    plan = _PLANS.get(key)
+    if plan is None or plan.fmt is not fmt:
+        if len(_PLANS) > 512:
+            _PLANS.clear()
+        plan = _PLANS[key] = _make_plan(x, fmt, rounding, along_k, along_m, sr_bits, out_dtype, apply_tensor_scale,
+                                        tile)
+    if plan.kind == "split":
+        yk, _, tsk, _ = fake_quantize_triton(x, fmt, rounding, along_k=along_k, sr_bits=sr_bits, out_dtype=out_dtype,
+                                             apply_tensor_scale=apply_tensor_scale)
+        _, ym, _, tsm = fake_quantize_triton(x, fmt, rounding, along_m=along_m, sr_bits=sr_bits, out_dtype=out_dtype,
+                                             apply_tensor_scale=apply_tensor_scale)
+        return yk, ym, tsk, tsm
+    if plan.kind == "fallback":
+        return _fallback(x, fmt, plan.mode, along_k, along_m, sr_bits, plan.out_dtype, apply_tensor_scale)
+    M, K = x.shape
+    dev = x.device
+    xk = xk_of(x)
+    ts = amax = plan.scratch
+    if plan.two_level:
+        ts = torch.empty(2, dtype=torch.float32, device=dev)
+        amax = torch.empty(2, dtype=torch.float32, device=dev)
+        part = torch.empty((2, plan.amax.grid[0] * plan.amax.grid[1]), dtype=torch.float32, device=dev)
+        plan.amax(xk, part, plan.signs_k, plan.signs_m, plan.fixed[12], plan.fixed[13], M, K, K // 2)
+        torch.amax(part, dim=1, out=amax)
+    yk = ym = None
+    vk = vm = plan.dummy_out
+    if along_k is not None:
+        yk = torch.empty((M, K), dtype=plan.out_dtype, device=dev)
+        vk = yk.view(plan.view_dtype)
+    if along_m is not None:
+        ym = torch.empty((M, K), dtype=plan.out_dtype, device=dev)
+        vm = ym.view(plan.view_dtype)
+    plan.launch(xk, vk, vm, amax, ts, *plan.args, int(along_k.seed) if along_k is not None else 0,
+                int(along_m.seed) if along_m is not None else 0)
+    ts_k = ts[0:1] if plan.two_level and along_k is not None else None
+    ts_m = ts[1:2] if plan.two_level and along_m is not None else None
+    return yk, ym, ts_k, ts_m
+
+
+def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking | None, along_m: Blocking | None,
+               sr_bits: int, out_dtype: Any, apply_ts: bool, tile: tuple[int, ...] | None) -> "_Plan":
+    """Check the arguments and derive everything a launch needs (see ``fake_quantize_triton``)."""
     import torch
 
     from fp4lab.emulator.philox import check_sr_bits
     from fp4lab.emulator.ref_quantize import check_rounding
-    from fp4lab.kernels.host import check_device, scratch_f32
+    from fp4lab.kernels.host import check_device, interpreting, scratch_f32
+    from fp4lab.kernels.params import block_extents
 
     check_device(x, "fake_quantize")
     if x.ndim != 2:
@@ -174,69 +240,22 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
         raise InputError(f"fake_quantize: out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype}")
     M, K = x.shape
     _check_extents(fmt, M, K, along_k, along_m)
-    from fp4lab.kernels.params import block_extents
-
     tr, tc = block_extents(fmt)
+    plan = _Plan(fmt=fmt, mode=mode, out_dtype=out_dtype)
     if tc < 2 or (tr > 1 and along_m is not None) or K % 2:
-        return _fallback(x, fmt, mode, along_k, along_m, sr_bits, out_dtype, apply_tensor_scale)
-    if along_k is not None and along_m is not None and along_k.rht and along_m.rht and tile is None:
+        plan.kind = "fallback"
+    elif along_k is not None and along_m is not None and along_k.rht and along_m.rht and tile is None:
         # rotations along both axes in one program need a tile's rows and its columns in one thread at once;
         # two passes are faster (H200, ufp4 RHT-16 on a 16384 x 4096 bf16 tensor: 142 + 160 us against 462 us)
-        yk, _, tsk, _ = fake_quantize_triton(x, fmt, rounding, along_k=along_k, sr_bits=sr_bits, out_dtype=out_dtype,
-                                             apply_tensor_scale=apply_tensor_scale)
-        _, ym, _, tsm = fake_quantize_triton(x, fmt, rounding, along_m=along_m, sr_bits=sr_bits, out_dtype=out_dtype,
-                                             apply_tensor_scale=apply_tensor_scale)
-        return yk, ym, tsk, tsm
-    x = x.detach().contiguous()
-    key = (id(fmt), mode, tuple(x.shape), x.dtype, str(x.device), None if along_k is None else (along_k.rht,
-           along_k.rht_seed), None if along_m is None else (along_m.rht, along_m.rht_seed), sr_bits, out_dtype,
-           apply_tensor_scale, tile)
-    plan = _PLANS.get(key)
-    if plan is None:
-        if len(_PLANS) > 512:
-            _PLANS.clear()
-        plan = _PLANS[key] = _plan(x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32,
-                                   apply_tensor_scale, tile)
-    from fp4lab.kernels.host import interpreting
-
-    interp = interpreting()
-    f32 = out_dtype == torch.float32
-    dev = x.device
-    ts = amax = scratch_f32(dev)  # read-only / unwritten unless two-level
-    if plan.two_level:
-        ts = torch.empty(2, dtype=torch.float32, device=dev)
-        amax = torch.empty(2, dtype=torch.float32, device=dev)
-        n = plan.amax.grid[0] * plan.amax.grid[1]
-        part = torch.empty((2, n), dtype=torch.float32, device=dev)
-        plan.amax(xk_of(x), part, plan.signs_k, plan.signs_m, plan.fixed[12], plan.fixed[13], M, K, K // 2)
-        torch.amax(part, dim=1, out=amax)
-    outs = []
-    for spec in (along_k, along_m):
-        if spec is None:
-            outs.append(None)
-            continue
-        y = torch.empty((M, K), dtype=torch.float32 if f32 else torch.bfloat16, device=dev)
-        outs.append(y)
-    yk, ym = outs
-    scratch = scratch_f32(dev)
-
-    def kernel_view(y: Any) -> Any:
-        if y is None:
-            return scratch if f32 else (scratch.view(torch.int32) if interp else scratch.view(torch.int16)[:1])
-        if f32:
-            return y
-        return y.view(torch.int32) if interp else y.view(torch.int16)
-
-    xk = xk_of(x)
-    thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = plan.tables
-    f = plan.fixed
-    plan.launch(xk, kernel_view(yk), kernel_view(ym), amax, ts, thr, ctab, f[0], lvl, sctab, igap, vals,
-                f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals, f[6], f[7], f[8], f[9], f[10], f[11],
-                plan.signs_k, plan.signs_m, f[12], f[13], M, K, K // 2,
-                int(along_k.seed) if along_k is not None else 0, int(along_m.seed) if along_m is not None else 0)
-    ts_k = ts[0:1] if plan.two_level and along_k is not None else None
-    ts_m = ts[1:2] if plan.two_level and along_m is not None else None
-    return yk, ym, ts_k, ts_m
+        plan.kind = "split"
+    else:
+        _fused(plan, x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32, apply_ts, tile)
+        interp = interpreting()
+        plan.view_dtype = torch.float32 if out_dtype == torch.float32 else (torch.int32 if interp else torch.int16)
+        scratch = scratch_f32(x.device)
+        plan.scratch = scratch
+        plan.dummy_out = scratch if out_dtype == torch.float32 else scratch.view(plan.view_dtype)[:1]
+    return plan
 
 
 def xk_of(x: Any) -> Any:
