@@ -42,11 +42,10 @@ def main() -> None:
         us = per_call_us(call)
         plan = next(p for k, p in _PLANS.items() if k[0] == id(fmt))
         yk = torch.empty_like(x)
-        args = (x.view(torch.int32), yk.view(torch.int16), yk.view(torch.int16), plan.scratch, plan.scratch,
-                *plan.args, 5, 6)
-        us_launch = per_call_us(lambda: plan.launch(*args))
-        us_jit = per_call_us(lambda: plan.launch.fn[plan.launch.grid](*args, **plan.launch.consts,
-                                                                      **plan.launch.options), 50)
+        lead = (x.view(torch.int32), yk.view(torch.int16), yk.view(torch.int16), plan.scratch, plan.scratch)
+        us_launch = per_call_us(lambda: plan.launch(*lead, 5, 6))
+        L = plan.launch
+        us_jit = per_call_us(lambda: L.fn[L.grid](*lead, *L.fixed, 5, 6, **L.consts, **L.options), 50)
         print(f"{name}: fake_quantize_triton {us:.1f} us/call; cached launch {us_launch:.1f} us; JIT launch "
               f"{us_jit:.1f} us; empty {per_call_us(lambda: torch.empty_like(x)):.1f} us", flush=True)
     layer = QuantLinear(512, 512, bias=False, recipe="ufp4", device="cuda", dtype=torch.bfloat16)

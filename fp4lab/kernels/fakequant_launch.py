@@ -37,13 +37,13 @@ class _Plan:
     out_dtype: Any
     kind: str = "fused"
     launch: Any = None  # CachedLaunch of the fused kernel
-    args: tuple = ()  # its arguments between the outputs/scales and the seeds
     signs_k: Any = None
     signs_m: Any = None
     fixed: tuple = ()  # runtime scalars that depend on the format only
     two_level: bool = False
     amax: Any = None  # CachedLaunch of the tensor-amax pass (two-level formats)
     view_dtype: Any = None  # dtype of the output view the kernel writes
+    words: bool = False  # the kernel reads bf16 pairs as int32 words
     scratch: Any = None
     dummy_out: Any = None
 
@@ -148,12 +148,13 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
         g = (math.ceil(M / abm), math.ceil(K / abk))
         amax = CachedLaunch(_amax2_kernel, g, dict(BM=abm, BK=abk, IN_KIND=in_kind, WORDS=words,
                                                    ALONG_K=along_k is not None, ALONG_M=along_m is not None,
-                                                   RHT_K=rk, RHT_M=rm), options)
-    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options)
+                                                   RHT_K=rk, RHT_M=rm), options,
+                            fixed=(signs_k, signs_m, fixed[12], fixed[13], M, K, K // 2), n_lead=2)
     f = fixed
     thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = tables
-    plan.args = (thr, ctab, f[0], lvl, sctab, igap, vals, f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals,
-                 f[6], f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
+    args = (thr, ctab, f[0], lvl, sctab, igap, vals, f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals,
+            f[6], f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
+    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=5)
     plan.signs_k, plan.signs_m, plan.fixed, plan.two_level, plan.amax = signs_k, signs_m, fixed, sp.two_level, amax
 
 
@@ -193,13 +194,13 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
         return _fallback(x, fmt, plan.mode, along_k, along_m, sr_bits, plan.out_dtype, apply_tensor_scale)
     M, K = x.shape
     dev = x.device
-    xk = xk_of(x)
+    xk = x.view(torch.int32) if plan.words else x
     ts = amax = plan.scratch
     if plan.two_level:
         ts = torch.empty(2, dtype=torch.float32, device=dev)
         amax = torch.empty(2, dtype=torch.float32, device=dev)
         part = torch.empty((2, plan.amax.grid[0] * plan.amax.grid[1]), dtype=torch.float32, device=dev)
-        plan.amax(xk, part, plan.signs_k, plan.signs_m, plan.fixed[12], plan.fixed[13], M, K, K // 2)
+        plan.amax(xk, part)
         torch.amax(part, dim=1, out=amax)
     yk = ym = None
     vk = vm = plan.dummy_out
@@ -209,7 +210,7 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     if along_m is not None:
         ym = torch.empty((M, K), dtype=plan.out_dtype, device=dev)
         vm = ym.view(plan.view_dtype)
-    plan.launch(xk, vk, vm, amax, ts, *plan.args, int(along_k.seed) if along_k is not None else 0,
+    plan.launch(xk, vk, vm, amax, ts, int(along_k.seed) if along_k is not None else 0,
                 int(along_m.seed) if along_m is not None else 0)
     ts_k = ts[0:1] if plan.two_level and along_k is not None else None
     ts_m = ts[1:2] if plan.two_level and along_m is not None else None
@@ -251,18 +252,12 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
     else:
         _fused(plan, x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32, apply_ts, tile)
         interp = interpreting()
+        plan.words = x.dtype == torch.bfloat16
         plan.view_dtype = torch.float32 if out_dtype == torch.float32 else (torch.int32 if interp else torch.int16)
         scratch = scratch_f32(x.device)
         plan.scratch = scratch
         plan.dummy_out = scratch if out_dtype == torch.float32 else scratch.view(plan.view_dtype)[:1]
     return plan
-
-
-def xk_of(x: Any) -> Any:
-    """The view of x the kernels read: bf16 pairs as int32 words (even K), else x itself."""
-    import torch
-
-    return x.view(torch.int32) if (x.dtype == torch.bfloat16 and x.shape[-1] % 2 == 0) else x
 
 
 def _check_extents(fmt: QuantFormat, M: int, K: int, along_k: Blocking | None, along_m: Blocking | None) -> None:

@@ -89,48 +89,62 @@ def scratch_f32(device: Any) -> Any:
 
 
 class CachedLaunch:
-    """A Triton kernel with fixed constexprs launched many times: the first launch (and any launch whose argument
-    specialization could differ: a pointer not 16-byte aligned where the first was, an int outside int32) goes
-    through the JIT, which checks and compiles; later ones hand the arguments straight to the compiled kernel,
-    skipping the JIT's per-call argument binding (tens of microseconds for kernels with ~80 parameters).
+    """A Triton kernel with fixed constexprs launched many times with mostly the same arguments.
 
-    ``args`` of a call are the kernel's runtime (non-constexpr) parameters in signature order."""
+    The runtime (non-constexpr) arguments in signature order are ``lead + fixed + trail``: ``fixed`` (given here:
+    tables, format scalars, shapes) never change; ``lead`` and ``trail`` (tensors, seeds) are passed per call. The
+    first launch, and any whose varying arguments could specialize differently (a pointer alignment class, an
+    int outside int32), goes through the JIT, which checks and compiles; later ones hand the arguments straight to
+    the compiled kernel's launcher, skipping the JIT's binding of ~90 parameters per call."""
 
-    def __init__(self, fn: Any, grid: tuple[int, ...], consts: dict[str, Any], options: dict[str, Any]) -> None:
+    def __init__(self, fn: Any, grid: tuple[int, ...], consts: dict[str, Any], options: dict[str, Any],
+                 fixed: tuple = (), n_lead: int = 0) -> None:
         self.fn, self.grid, self.consts, self.options = fn, grid, consts, options
-        self._grid3 = tuple(grid) + (1,) * (3 - len(grid))  # the compiled kernel's runner wants all three
+        self.fixed, self.n_lead = tuple(fixed), n_lead
+        self._grid3 = tuple(grid) + (1,) * (3 - len(grid))
         self.compiled: Any = None
         self.signature: tuple | None = None
         if interpreting():  # an InterpretedFunction: no compiled kernel to call directly
             return
-        names = fn.arg_names
-        self._slots = [(i, names[i]) for i, p in enumerate(fn.params) if p.is_constexpr]
-        runtime = [p for p in fn.params if not p.is_constexpr]
-        self._free = tuple(p.do_not_specialize for p in runtime)  # ints the JIT types but does not specialize
+        runtime = [i for i, p in enumerate(fn.params) if not p.is_constexpr]
+        self._template = [consts.get(name) for name in fn.arg_names]
+        for i, v in zip(runtime[n_lead:], self.fixed):
+            self._template[i] = v
+        self._lead_idx = runtime[:n_lead]
+        self._trail_idx = runtime[n_lead + len(self.fixed):]
+        free = {i for i, p in enumerate(fn.params) if p.do_not_specialize}
+        self._trail_free = tuple(i in free for i in self._trail_idx)
 
-    def _signature(self, args: tuple) -> tuple:
+    def _signature(self, varying: tuple) -> tuple:
         sig = []
-        for a, free in zip(args, self._free):
+        for j, a in enumerate(varying):
             if hasattr(a, "data_ptr"):
-                sig.append(("p", a.dtype, a.data_ptr() % 16 == 0))
-            elif isinstance(a, bool):
-                sig.append(("b", a))
-            elif isinstance(a, int):
-                sig.append(("i", -(2**31) <= a < 2**31) + (() if free else (a == 1, a % 16 == 0)))
+                sig.append((a.dtype, a.data_ptr() % 16 == 0))
+            elif isinstance(a, int) and not isinstance(a, bool):
+                free = j >= self.n_lead and self._trail_free[j - self.n_lead]
+                sig.append((-(2**31) <= a < 2**31,) + (() if free else (a == 1, a % 16 == 0)))
             else:
-                sig.append(("f",))
+                sig.append(type(a))
         return tuple(sig)
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *varying: Any) -> None:
+        lead, trail = varying[:self.n_lead], varying[self.n_lead:]
         if interpreting():
-            self.fn[self.grid](*args, **self.consts)
+            self.fn[self.grid](*lead, *self.fixed, *trail, **self.consts)
             return
-        sig = self._signature(args)
+        sig = self._signature(varying)
         if self.compiled is None or sig != self.signature:
-            self.compiled = self.fn[self.grid](*args, **self.consts, **self.options)
+            self.compiled = self.fn[self.grid](*lead, *self.fixed, *trail, **self.consts, **self.options)
+            self.compiled._init_handles()
             self.signature = sig
             return
-        full = list(args)
-        for i, name in self._slots:
-            full.insert(i, self.consts[name])
-        self.compiled[self._grid3](*full)
+        import torch
+
+        full = self._template.copy()
+        for i, a in zip(self._lead_idx, lead):
+            full[i] = a
+        for i, a in zip(self._trail_idx, trail):
+            full[i] = a
+        c = self.compiled
+        c.run(*self._grid3, torch.cuda.current_stream().cuda_stream, c.function, c.packed_metadata, None, None, None,
+              *full)
