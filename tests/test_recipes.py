@@ -1,4 +1,7 @@
-"""Training recipes: each GEMM quantizes the right operands along the right axis with the right RHT/SR."""
+"""Training recipes: each GEMM of QuantLinear runs on the reference fake-quantized operands (bit for bit on the
+CPU), with the right blockings, RHT, SR streams, tensor-scale folding and saved tensors."""
+
+import warnings
 
 import numpy as np
 import pytest
@@ -6,7 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fp4lab  # noqa: E402
+from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
 from fp4lab.recipes import BUILTIN_RECIPES, QuantLinear, Recipe, get_recipe, quantize_model  # noqa: E402
+from fp4lab.recipes import streams  # noqa: E402
 
 
 def _data(m=32, k=64, n=64, seed=0):
@@ -14,74 +19,200 @@ def _data(m=32, k=64, n=64, seed=0):
     return torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(m, n, generator=g)
 
 
-def _fq(t, fmt, axis, rht=None, rounding=None, seed=0):
-    qt = fp4lab.quantize(t, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht)
-    return fp4lab.dequantize(qt, rotated=True)
+def _ref_operand(t, recipe, operand, gemm, axis, stream, step):
+    """(operand as float32 torch tensor, folded tensor scale or None) from the numpy reference."""
+    r = get_recipe(recipe)
+    name = r.format_of(operand)
+    if name is None:
+        return t.to(torch.bfloat16).float(), None
+    fmt = fp4lab.get_format(name)
+    sr = operand in r.sr
+    seed = streams.sr_seed(stream, step, f"{operand}.{gemm}") if sr else 0
+    fold = fmt.tensor_scale != "none"
+    v, ts = fake_quantize_reference(t.float().numpy(), fmt, "sr" if sr else None, seed, axis,
+                                    r.rht_size if gemm in r.rht else None, r.rht_seed, r.sr_bits, r.gemm_dtype,
+                                    apply_tensor_scale=not fold)
+    return torch.from_numpy(v), (torch.tensor([ts], dtype=torch.float32) if fold else None)
 
 
-def _run(recipe, x, w, dy, seed=0):
-    layer = QuantLinear(x.shape[1], w.shape[0], bias=False, recipe=recipe, seed=seed)
+def _scaled(y, *ts):
+    """y times the fp32 product of the folded tensor scales (one multiply, as the layer does)."""
+    ts = [t for t in ts if t is not None]
+    if not ts:
+        return y
+    s = ts[0] if len(ts) == 1 else ts[0] * ts[1]
+    return y * s
+
+
+def _run(recipe, x, w, dy, seed=0, bias=None, steps=1):
+    layer = QuantLinear(x.shape[1], w.shape[0], bias=bias is not None, recipe=recipe, seed=seed)
     with torch.no_grad():
         layer.weight.copy_(w)
+        if bias is not None:
+            layer.bias.copy_(bias)
+    for _ in range(steps - 1):
+        layer(x).sum().backward()
     xr = x.clone().requires_grad_(True)
+    layer.zero_grad(set_to_none=True)
     y = layer(xr)
     y.backward(dy)
-    return y.detach(), xr.grad, layer.weight.grad
+    return layer, y.detach(), xr.grad, layer.weight.grad
 
 
-def test_ufp4_gemms_bit_for_bit():
-    """FPROP, DGRAD and WGRAD of the UFP4 recipe equal hand-built quantized GEMMs (RHT-16 on all three, SR on
-    dY with seeds 0 then 1, in the order DGRAD, WGRAD)."""
-    x, w, dy = _data()
-    y, dx, dw = _run("ufp4", x, w, dy)
-    assert torch.equal(y, _fq(x, "ufp4", -1, 16) @ _fq(w, "ufp4", -1, 16).T)
-    assert torch.equal(dx, _fq(dy, "ufp4", -1, 16, "sr", 0) @ _fq(w, "ufp4", 0, 16))
-    assert torch.equal(dw, _fq(dy, "ufp4", 0, 16, "sr", 1).T @ _fq(x, "ufp4", 0, 16))
+@pytest.mark.parametrize("name", ["bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4"])
+def test_gemms_equal_the_reference_operands_bit_for_bit(name):
+    """FPROP, DGRAD and WGRAD equal fp32 products of fake_quantize_reference's operands (blocking axes, RHT per
+    GEMM, SR seeds of the layer's stream at its step, folded tensor scales), bias and its gradient included."""
+    x, w, dy = _data(seed=hash(name) % 100)
+    bias = torch.randn(w.shape[0])
+    layer, y, dx, dw = _run(name, x, w, dy, seed=7, bias=bias, steps=2)
+    stream, step = layer._state.stream, 1
+    xk, ts_xk = _ref_operand(x, name, "x", "fprop", -1, stream, step)
+    wk, ts_wk = _ref_operand(w, name, "w", "fprop", -1, stream, step)
+    assert torch.equal(y, _scaled(xk @ wk.T, ts_xk, ts_wk) + bias)
+    dyn, ts_dyn = _ref_operand(dy, name, "dy", "dgrad", -1, stream, step)
+    wn, ts_wn = _ref_operand(w, name, "w", "dgrad", 0, stream, step)
+    assert torch.equal(dx, _scaled(dyn @ wn, ts_dyn, ts_wn))
+    dym, ts_dym = _ref_operand(dy, name, "dy", "wgrad", 0, stream, step)
+    xm, ts_xm = _ref_operand(x, name, "x", "wgrad", 0, stream, step)
+    assert torch.equal(dw, _scaled(dym.T @ xm, ts_dym, ts_xm))
+    assert torch.equal(layer.bias.grad, dy.sum(0))
 
 
-def test_e2m1_reference_rotates_wgrad_only():
-    x, w, dy = _data(seed=1)
-    y, dx, dw = _run("e2m1-ref", x, w, dy)
-    f = "e2m1-b16-fp32"
-    assert torch.equal(y, _fq(x, f, -1) @ _fq(w, f, -1).T)
-    assert torch.equal(dx, _fq(dy, f, -1, None, "sr", 0) @ _fq(w, f, 0))
-    assert torch.equal(dw, _fq(dy, f, 0, 16, "sr", 1).T @ _fq(x, f, 0, 16))
+def test_ufp4_operands_are_the_bf16_rounding_of_the_exact_ones():
+    """gemm_dtype: bf16 (the built-in) adds one RTNE of each FP32-scaled value; "fp32" keeps them exact."""
+    x, w, dy = _data(seed=5)
+    exact = Recipe(**{**get_recipe("ufp4").model_dump(), "name": "ufp4-fp32", "gemm_dtype": "fp32"})
+    layer, y, _, _ = _run(exact, x, w, dy)
+    xk, _ = _ref_operand(x, exact, "x", "fprop", -1, layer._state.stream, 0)
+    wk, _ = _ref_operand(w, exact, "w", "fprop", -1, layer._state.stream, 0)
+    assert torch.equal(y, xk @ wk.T)
+    xb, _ = _ref_operand(x, "ufp4", "x", "fprop", -1, 0, 0)
+    assert torch.equal(xb, xk.to(torch.bfloat16).float()) and not torch.equal(xb, xk)
 
 
 def test_quantized_gemms_approximate_the_exact_ones():
     x, w, dy = _data(seed=2)
     for name in ("ufp4", "e2m1-ref", "nvfp4", "mxfp4"):
-        y, dx, dw = _run(name, x, w, dy)
+        _, y, dx, dw = _run(name, x, w, dy)
         for got, ref in ((y, x @ w.T), (dx, dy @ w), (dw, dy.T @ x)):
             rel = (torch.linalg.norm(got - ref) / torch.linalg.norm(ref)).item()
             assert rel < 0.25, (name, rel)  # 4-bit operands: ~10-20% relative GEMM error on gaussian data
 
 
-def test_bf16_recipe_is_nn_linear_on_bf16_operands():
-    x, w, dy = _data(seed=3)
-    y, dx, dw = _run("bf16", x, w, dy)
-    xb, wb, dyb = (t.to(torch.bfloat16).float() for t in (x, w, dy))
-    assert torch.equal(y, xb @ wb.T) and torch.equal(dx, dyb @ wb) and torch.equal(dw, dyb.T @ xb)
-
-
-def test_sr_only_on_dy_forward_is_deterministic_backward_depends_on_seed():
+def test_forward_is_deterministic_backward_draws_fresh_bits_each_step():
     x, w, dy = _data(seed=4)
-    y0, dx0, _ = _run("ufp4", x, w, dy, seed=0)
-    y1, dx1, _ = _run("ufp4", x, w, dy, seed=5)
-    assert torch.equal(y0, y1)
-    assert not torch.equal(dx0, dx1)
-    assert torch.equal(_run("ufp4", x, w, dy, seed=5)[1], dx1)
+    layer = QuantLinear(64, 64, bias=False, recipe="ufp4", seed=0)
+    outs = []
+    for _ in range(2):
+        xr = x.clone().requires_grad_(True)
+        y = layer(xr)
+        y.backward(dy)
+        outs.append((y.detach(), xr.grad))
+    assert layer.step == 2
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert not torch.equal(outs[0][1], outs[1][1])
+    layer2 = QuantLinear(64, 64, bias=False, recipe="ufp4", seed=0)
+    layer2.load_state_dict(layer.state_dict())
+    xr = x.clone().requires_grad_(True)
+    layer2(xr).backward(dy)
+    assert torch.equal(xr.grad, outs[0][1])  # same stream and step: same bits
 
 
-def test_quantize_model_replaces_linears_and_keeps_parameters():
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+def test_no_two_layers_steps_or_uses_share_a_stream():
+    """quantize_model derives streams from qualified names: sibling blocks (whose n-th linear layers used the
+    same seeds before) get distinct Philox keys for every (layer, step, use)."""
+    blocks = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+                                   for _ in range(4)])
+    quantize_model(blocks, "ufp4")
+    layers = [m for m in blocks.modules() if isinstance(m, QuantLinear)]
+    assert len(layers) == 8 and len({m._state.stream for m in layers}) == 8
+    keys = [streams.sr_seed(m._state.stream, step, use) for m in layers for step in range(50)
+            for use in ("dy.dgrad", "dy.wgrad", "x.fprop")]
+    assert len(set(keys)) == len(keys)
+    assert all(2**62 <= k < 2**63 for k in keys)
+    # and the draws differ: two sibling layers' DGRAD inputs on the same dY get different SR bits
+    dy = torch.randn(16, 32)
+    a = layers[0]._state.operands(dy, "dy", "dgrad", None)[0]
+    b = layers[2]._state.operands(dy, "dy", "dgrad", None)[0]
+    assert not torch.equal(a, b)
+
+
+def test_rht_sign_policy_per_layer():
+    r = Recipe(**{**get_recipe("ufp4").model_dump(), "name": "ufp4-per-layer", "rht_signs": "per_layer"})
+    a = QuantLinear(32, 32, recipe=r, name="blocks.0.attn")
+    b = QuantLinear(32, 32, recipe=r, name="blocks.1.attn")
+    c = QuantLinear(32, 32, recipe="ufp4", name="blocks.1.attn")
+    assert a._state.rht_seed != b._state.rht_seed and c._state.rht_seed == 0
+
+
+def test_saves_no_more_activations_than_nn_linear():
+    """QuantLinear saves its WGRAD operand (bf16, x's size) in place of x, and the weight, like nn.Linear."""
+    x = torch.randn(64, 128, dtype=torch.bfloat16, requires_grad=True)
+
+    def saved_bytes(layer):
+        total = []
+
+        def pack(t):
+            if t.data_ptr() not in [p.data_ptr() for p in layer.parameters()]:
+                total.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            layer(x).sum()
+        return sum(total)
+
+    ref = torch.nn.Linear(128, 64, bias=False, dtype=torch.bfloat16)
+    for name in ("ufp4", "nvfp4", "mxfp4"):
+        q = QuantLinear(128, 64, bias=False, recipe=name, dtype=torch.bfloat16)
+        assert saved_bytes(q) <= saved_bytes(ref) + 64, name
+
+
+def test_bf16_activations_give_bf16_outputs_and_fp32_master_weights_fp32_grads():
+    layer = QuantLinear(64, 32, recipe="ufp4")  # fp32 parameters
+    x = torch.randn(16, 64, dtype=torch.bfloat16, requires_grad=True)
+    y = layer(x)
+    y.float().sum().backward()
+    assert y.dtype == torch.bfloat16 and x.grad.dtype == torch.bfloat16 and layer.weight.grad.dtype == torch.float32
+
+
+def test_triton_path_equals_emulator_path(monkeypatch):
+    """The fused kernels (interpreter) give QuantLinear the same operands as the emulator, hence equal outputs."""
+    import fp4lab.recipes.operands as operands
+
+    def run(flag, name):
+        monkeypatch.setattr(operands, "TRITON_ON_CPU", flag)
+        torch.manual_seed(0)
+        layer = QuantLinear(64, 32, recipe=name, seed=3, dtype=torch.bfloat16)
+        x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
+        y = layer(x)
+        y.backward(torch.randn_like(y))
+        return y, x.grad, layer.weight.grad, layer.bias.grad
+
+    for name in ("ufp4", "nvfp4"):
+        for a, b in zip(run(False, name), run(True, name)):
+            assert torch.equal(a, b), name
+
+
+def test_quantize_model_patterns_and_unfit_layers():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.Linear(32, 32),
+                                torch.nn.Linear(32, 10))
     w0 = model[0].weight
-    quantize_model(model, "ufp4", skip=("2",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, "ufp4", skip=("2",))
     assert isinstance(model[0], QuantLinear) and model[0].weight is w0
-    assert type(model[2]) is torch.nn.Linear
+    assert type(model[2]) is torch.nn.Linear and type(model[3]) is torch.nn.Linear
+    assert len(caught) == 1 and "3 (32 -> 10)" in str(caught[0].message)
     out = model(torch.randn(16, 64))
     out.sum().backward()
-    assert model[0].weight.grad is not None and out.shape == (16, 16)
+    assert model[0].weight.grad is not None and out.shape == (16, 10)
+    r = Recipe(**{**get_recipe("mxfp4").model_dump(), "name": "mx-hp", "high_precision": ["blocks.0.*"]})
+    m2 = torch.nn.Module()
+    m2.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(2)])
+    quantize_model(m2, r)
+    assert type(m2.blocks[0][0]) is torch.nn.Linear and isinstance(m2.blocks[1][0], QuantLinear)
+    assert m2.blocks[1][0].layer_name == "blocks.1.0"
 
 
 def test_recipe_validation_and_lookup():
@@ -91,13 +222,26 @@ def test_recipe_validation_and_lookup():
         get_recipe("x")
     with pytest.raises(ValueError, match="unknown format"):
         Recipe(name="bad", format="no-such-format")
+    with pytest.raises(ValueError, match="2-D tiles"):
+        Recipe(name="bad", format="nvfp4", weight_format="nvfp4-2d", rht=["dgrad"])
 
 
-def test_shape_not_multiple_of_block_is_a_clear_error():
+def test_shapes_that_do_not_fit_the_blocks_are_clear_errors():
+    with pytest.raises(fp4lab.InputError, match="out_features = 40 is not a multiple of 16"):
+        QuantLinear(64, 40, recipe="ufp4")
     layer = QuantLinear(64, 48, recipe="ufp4")
-    with pytest.raises(fp4lab.InputError, match="block size 16"):
-        layer(torch.randn(3, 40)).sum()
-    layer = QuantLinear(64, 48, recipe="ufp4")
-    y = layer(torch.randn(5, 64, requires_grad=True))  # M = 5: forward fine, WGRAD needs M % 16 == 0
-    with pytest.raises(fp4lab.InputError, match="axis 0 has length 5"):
-        y.sum().backward()
+    with pytest.raises(fp4lab.InputError, match="input has 40 features"):
+        layer(torch.randn(3, 40))
+    with pytest.raises(fp4lab.InputError, match="5 tokens"):
+        layer(torch.randn(5, 64))  # WGRAD blocks run along the tokens
+    with torch.no_grad():
+        assert layer(torch.randn(5, 64)).shape == (5, 48)  # inference needs no WGRAD operand
+
+
+def test_fake_quantize_function_matches_reference():
+    from fp4lab.recipes import fake_quantize
+
+    x = torch.randn(32, 64)
+    got = fake_quantize(x, "e2m1-ref", "dy", "wgrad", axis=0, seed=9)
+    want, _ = fake_quantize_reference(x.numpy(), fp4lab.get_format("e2m1-b16-fp32"), "sr", 9, 0, 16, 0, 16, "bf16")
+    assert np.array_equal(got.float().numpy().view(np.uint32), want.view(np.uint32))

@@ -63,7 +63,8 @@ def handler(args: argparse.Namespace) -> int:
     for f in formats:
         fmt = get_format(f)
         names.append(fmt.name if f in list_formats() else f)
-    cases = plan_cases(names, int(args.elements), seed=args.seed, ops=tuple(dict.fromkeys(args.ops)))
+    cases = plan_cases(names, int(args.elements), seed=args.seed, ops=tuple(dict.fromkeys(args.ops)),
+                       interpreter=device == "interpreter")
     t0 = time.time()
     outcomes = run_cases(cases, "cuda" if device == "cuda" else "cpu",
                          workers=args.workers if device == "cuda" else 1, progress=True)

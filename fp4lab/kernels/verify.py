@@ -39,6 +39,7 @@ class Case:
     sr_bits: int = 24  # random bits per element of "sr"
     out_dtype: str = "bf16"  # fakequant output dtype: bf16 or fp32
     apply_ts: bool = True  # fakequant: outputs include the tensor scale of two-level formats
+    tile: tuple[int, int] | None = None  # fakequant: explicit (BM, BK), None for the kernel's own choice
 
     @property
     def elements(self) -> int:
@@ -53,7 +54,7 @@ class Case:
         if self.op == "fakequant":
             return (f"fakequant {self.fmt} {self.rounding} sr_bits={self.sr_bits} rht={self.rht} {self.kind} "
                     f"{self.rows}x{self.cols} seed={self.seed} {self.dtype} out={self.out_dtype} "
-                    f"apply_ts={self.apply_ts}")
+                    f"apply_ts={self.apply_ts}" + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else ""))
         sr = f" sr_bits={self.sr_bits}" if self.sr_bits != 24 else ""
         return (f"{self.fmt} {self.rounding}{sr} rht={self.rht} axis={self.axis} {self.kind} "
                 f"{self.rows}x{self.cols} seed={self.seed} {self.dtype}")
@@ -97,10 +98,12 @@ def make_input(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
 
 
 def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None, 16),
-               roundings=("rtne", "sr"), ops=OPS) -> list[Case]:
+               roundings=("rtne", "sr"), ops=OPS, interpreter: bool = False) -> list[Case]:
     """Cases covering formats x roundings x RHT x kinds with about ``elements`` in total: quantize cases (axes
     alternating) and, when ``ops`` has both, fakequant cases on about ``FAKEQUANT_SHARE`` of the elements (of the
-    planned total: cases have a minimum size, so a small ``elements`` is exceeded)."""
+    planned total: cases have a minimum size, so a small ``elements`` is exceeded). ``interpreter``: fakequant
+    cases take 64 x 256 tiles where the block and RHT size allow (the interpreter pays per program, and the
+    kernel's own interpreter tiles along M are 16 rows high; tests/test_fakequant.py covers those)."""
     ops = tuple(ops)
     bad = [op for op in ops if op not in OPS]
     if bad or not ops:
@@ -115,7 +118,7 @@ def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None
         q = sum(c.elements for c in cases)
         budget = elements if not cases else max(int(elements * FAKEQUANT_SHARE),
                                                  int(q * FAKEQUANT_SHARE / (1 - FAKEQUANT_SHARE)))
-        cases += _plan_fakequant(formats, budget, seed + len(cases), rht_sizes, roundings)
+        cases += _plan_fakequant(formats, budget, seed + len(cases), rht_sizes, roundings, interpreter)
     return cases
 
 
@@ -159,7 +162,8 @@ def _fakequant_combos(roundings, rht_sizes) -> list[tuple[str, int | None, str]]
             (r1, h0, k0), (r0, h1, k0), (r0, h0, k1), (r1, h1, k1)]
 
 
-def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, roundings) -> list[Case]:
+def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, roundings,
+                    interpreter: bool = False) -> list[Case]:
     """Fake-quantize cases: 2-D [M, K] inputs with M and K multiples of 64, the block and the RHT size (M-blocking
     needs the tile height); each format takes as many (rounding, RHT, kind) combinations as the budget allows at
     the minimum case size (at least 2 each), rotating through them across formats. SR widths cycle 24, 16, 8;
@@ -178,6 +182,7 @@ def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, rou
         fmt = get_format(name)
         bs = max(fmt.block.shape) if fmt.block is not None else 1
         two_level = fmt.tensor_scale != "none"
+        pow2 = bs & (bs - 1) == 0
         for j in range(take):
             rounding, rht, kind = combos[(f * take + j) % len(combos)]
             unit = math.lcm(bs, rht or 1, 64)
@@ -189,7 +194,8 @@ def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, rou
                 n_sr += 1
             cases.append(Case(name, rounding, rht, -1, kind, rows, cols, seed + i, ("fp32", "bf16")[(j + f) % 2],
                               op="fakequant", sr_bits=sr_bits, out_dtype=("bf16", "fp32")[(j + f // 2) % 2],
-                              apply_ts=not (two_level and i % 3 == 2)))
+                              apply_ts=not (two_level and i % 3 == 2),
+                              tile=(64, 256) if interpreter and pow2 and 64 % max(bs, rht or 1) == 0 else None))
             i += 1
     return cases
 
@@ -302,7 +308,8 @@ def fakequant_kernel_fields(case: Case, x: np.ndarray, device: str) -> dict[str,
     yk, ym, tsk, tsm = fake_quantize_triton(
         xt, get_format(case.fmt), case.rounding, along_k=Blocking(case.rht, rs_k, s_k),
         along_m=Blocking(case.rht, rs_m, s_m), sr_bits=case.sr_bits,
-        out_dtype=torch.float32 if case.out_dtype == "fp32" else torch.bfloat16, apply_tensor_scale=case.apply_ts)
+        out_dtype=torch.float32 if case.out_dtype == "fp32" else torch.bfloat16, apply_tensor_scale=case.apply_ts,
+        tile=case.tile)
 
     def ts(t: Any) -> np.ndarray:
         return np.array([np.nan if t is None else float(t.reshape(()))], F32)
