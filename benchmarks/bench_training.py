@@ -152,7 +152,7 @@ def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: 
             opt.zero_grad(set_to_none=True)
         ms = timed(step, steps, repeats)
         rows[name] = {"ms": ms, "tokens_per_s": batch * cfg.seq_len / ms * 1e3}
-        print(f"  model {size} {name:14s} {ms:7.2f} ms/step  {rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s",
+        print(f"  model {size} batch {batch} {name:14s} {ms:7.2f} ms/step  {rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s",
               flush=True)
     base = rows["bf16-nn.Linear"]["ms"]
     for name in recipes:
@@ -167,7 +167,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN,...")
     ap.add_argument("--recipes", nargs="+", default=list_recipes())
     ap.add_argument("--model", default="middle", help="study model size for the whole-step benchmark ('' to skip)")
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batch", type=int, nargs="+", default=[32, 128], help="sequences per step (512 tokens each)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd naive baseline")
     ap.add_argument("--json", default=None)
@@ -183,12 +183,14 @@ def main() -> None:
         out["linear"].append(bench_linear(args.tokens, k, n, args.recipes, iters, repeats,
                                           compiled=not args.no_compile and (k, n) == shapes[0]))
     if args.model:
-        out["model"] = bench_model(args.model, args.batch, args.recipes, max(iters // 2, 3), repeats)
+        out["model"] = [bench_model(args.model, b, args.recipes, max(iters // 2, 3), repeats) for b in args.batch]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     print(json.dumps({"linear_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["vs_bf16"], 3) for k, v in r["recipes"].items()}
                                          for r in out["linear"]},
-                      "model_vs_bf16": {k: round(v.get("vs_bf16", 1.0), 3) for k, v in out.get("model", {}).get("recipes", {}).items()}}))
+                      "model_vs_bf16": {f"batch {m['batch']}": {k: round(v.get("vs_bf16", 1.0), 3)
+                                                                for k, v in m["recipes"].items()}
+                                        for m in out.get("model", [])}}))
 
 
 if __name__ == "__main__":
