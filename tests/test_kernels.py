@@ -1,6 +1,7 @@
 """Triton kernels (in the CPU interpreter, TRITON_INTERPRET=1 from conftest.py) against the numpy reference, bit
 for bit: quantize (every registered format, rtne/sr, RHT, axes, 2-D tiles, input dtypes, packing), dequantize
-(fp32/bf16, inverse RHT), RHT, GEMM (exact/fast), a spec-file grid, and ``fp4lab verify``."""
+(fp32/bf16, inverse RHT), RHT, GEMM (exact/fast), a spec-file grid, and ``fp4lab verify`` (quantize and fakequant
+cases)."""
 
 from __future__ import annotations
 
@@ -302,11 +303,90 @@ def test_verify_cli_interpreter(tmp_path, capsys):
     register(parser.add_subparsers())
     args = parser.parse_args(["verify", "--device", "interpreter", "--formats", "mxfp4", "ufp4", "--elements",
                               "1e4", "--json", str(tmp_path / "v.json")])
+    assert args.ops == ["quantize", "fakequant"]  # the default: both kernels
     assert args.func(args) == 0
     import json
 
     data = json.loads((tmp_path / "v.json").read_text())
     assert data["mismatches"] == 0 and data["elements"] > 0
+    rows = {r["format"]: r for r in data["rows"]}
+    assert [r["op"] for r in data["rows"]] == ["quantize"] * 2 + ["fakequant"] * 2  # quantize rows first
+    assert rows["mxfp4 (fakequant)"]["cases"] > 0 and rows["ufp4 (fakequant)"]["cases"] > 0
+    fq = sum(r["elements"] for r in data["rows"] if r["op"] == "fakequant")
+    assert 0.2 <= fq / data["elements"] <= 0.3
+    out = capsys.readouterr().out
+    assert "mxfp4 (fakequant)" in out and "ufp4 (fakequant)" in out
+
+    args = parser.parse_args(["verify", "--device", "interpreter", "--formats", "nvfp4", "--ops", "fakequant",
+                              "--elements", "1", "--json", str(tmp_path / "f.json")])
+    assert args.func(args) == 0
+    data = json.loads((tmp_path / "f.json").read_text())
+    assert [(r["format"], r["op"]) for r in data["rows"]] == [("nvfp4 (fakequant)", "fakequant")]
+    assert data["mismatches"] == 0 and data["rows"][0]["cases"] >= 2
+
+
+def test_verify_plan_fakequant_cases():
+    """A default plan spends about a quarter of its elements on fakequant cases: rows and columns multiples of
+    64 (and of the block and RHT size), both roundings, RHT off and 16, both kinds, SR widths 24/16/8, bf16 and
+    fp32 inputs and outputs; the quantize cases are the ones planned without fakequant."""
+    import dataclasses
+
+    from fp4lab.kernels.verify import plan_cases
+
+    cases = plan_cases(ALL, int(2e5))
+    fq = [c for c in cases if c.op == "fakequant"]
+    qz = [c for c in cases if c.op == "quantize"]
+    assert qz == plan_cases(ALL, int(2e5), ops=("quantize",))
+    share = sum(c.elements for c in fq) / sum(c.elements for c in cases)
+    assert 0.2 <= share <= 0.3
+    assert {c.fmt for c in fq} == set(ALL)
+    for c in fq:
+        fmt = fp4lab.get_format(c.fmt)
+        bs = max(fmt.block.shape) if fmt.block is not None else 1
+        assert c.rows % 64 == 0 and c.cols % 64 == 0 and c.rows % bs == 0 and c.cols % bs == 0
+        assert c.rht is None or (c.rows % c.rht == 0 and c.cols % c.rht == 0)
+        assert c.sr_bits == 24 or c.rounding == "sr"
+    assert {c.rounding for c in fq} == {"rtne", "sr"} and {c.rht for c in fq} == {None, 16}
+    assert {c.kind for c in fq} == {"random", "adversarial"}
+    assert {c.sr_bits for c in fq if c.rounding == "sr"} == {24, 16, 8}
+    assert {(c.dtype, c.out_dtype) for c in fq} == {(a, b) for a in ("fp32", "bf16") for b in ("fp32", "bf16")}
+    assert {(c.rht, c.dtype) for c in fq} == {(r, d) for r in (None, 16) for d in ("fp32", "bf16")}
+    assert {c.apply_ts for c in fq} == {True, False}
+    assert len({c.seed for c in cases}) == len(cases)
+    big = plan_cases(["nvfp4", "ufp4"], int(1e8))
+    share = sum(c.elements for c in big if c.op == "fakequant") / sum(c.elements for c in big)
+    assert 0.2 <= share <= 0.3 and all(c.rows % 64 == 0 for c in big if c.op == "fakequant")
+    assert all(c.op == "fakequant" for c in plan_cases(["mxfp4"], 1000, ops=("fakequant",)))
+    assert all(c.tile is None for c in cases)  # the kernel's own tiles, unless planned for the interpreter
+    interp = plan_cases(ALL, int(2e5), interpreter=True)
+    assert [dataclasses.replace(c, tile=None) for c in interp] == cases
+    assert all(c.tile == (64, 256) for c in interp if c.op == "fakequant") and "tile=64x256" in interp[-1].label()
+    with pytest.raises(InputError):
+        plan_cases(["mxfp4"], 1000, ops=("dequantize",))
+
+
+def test_verify_fakequant_case_reports_first_mismatch():
+    from fp4lab.kernels.verify import fakequant_kernel_fields, fakequant_reference_fields, run_case
+
+    case = Case("nvfp4", "sr", 16, -1, "adversarial", 64, 128, 3, "bf16", op="fakequant", sr_bits=8,
+                out_dtype="fp32", apply_ts=False)
+    assert "fakequant" in case.label() and case.group == "nvfp4 (fakequant)"
+    assert run_case(case, "cpu").mismatches == 0
+    x = torch.from_numpy(make_input("adversarial", 64, 128, 3)).to(torch.bfloat16).float().numpy()
+    with np.errstate(all="ignore"):
+        got = fakequant_kernel_fields(case, x, "cpu")
+    want = fakequant_reference_fields(case, x)
+    assert set(want) == {"y_k", "y_m", "ts_k", "ts_m"} and np.isfinite(want["ts_k"]).all()
+    assert compare(case, got, want).mismatches == 0
+    # the reference for another width differs: the case's sr_bits reaches both sides
+    import dataclasses
+
+    other = fakequant_reference_fields(dataclasses.replace(case, sr_bits=24), x)
+    assert compare(case, got, other).mismatches > 0
+    got["y_m"] = got["y_m"].copy()
+    got["y_m"][7, 9] = np.nextafter(got["y_m"][7, 9], np.float32(np.inf))
+    out = compare(case, got, want)
+    assert out.mismatches == 1 and out.detail["first"]["field"] == "y_m" and out.detail["first"]["index"] == (7, 9)
 
 
 def test_scale_overflow_saturates_and_zero_times_infinite_reciprocal():
