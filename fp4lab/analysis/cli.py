@@ -1,5 +1,6 @@
-"""``fp4lab compare``, ``fp4lab search-grids`` and ``fp4lab conformance``: registered on the main parser by
-``register(subparsers)``; each handler returns the process exit code. ``--json`` prints only JSON on stdout."""
+"""``fp4lab compare``, ``fp4lab search-grids``, ``fp4lab conformance`` and ``fp4lab sr-bias``: registered on the
+main parser by ``register(subparsers)``; each handler returns the process exit code. ``--json`` prints only JSON
+on stdout."""
 
 from __future__ import annotations
 
@@ -183,6 +184,56 @@ def conformance_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def sr_bias_main(args: argparse.Namespace) -> int:
+    """Handler of ``fp4lab sr-bias``."""
+    from fp4lab.analysis.sr_bias import DEFAULT_DISTS, DEFAULT_FORMATS, run_sr_bias
+
+    if args.seeds < 1:
+        print("sr-bias: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    formats = list(args.formats) or list(DEFAULT_FORMATS)
+    dists = list(args.dist) if args.dist else list(DEFAULT_DISTS)
+    if len(args.shape) != 2:
+        print(f"sr-bias: --shape takes ROWSxCOLS, got {'x'.join(map(str, args.shape))}", file=sys.stderr)
+        return 2
+    rows, cols = args.shape
+    ctx, advance = _progress(len(formats) * len(dists), not args.json and sys.stderr.isatty(), "sr-bias")
+    with ctx:
+        result = run_sr_bias(formats, args.widths, dists, rows, cols, args.seeds, rht=args.rht or None,
+                             rht_seed=args.rht_seed, data_seed=args.data_seed, progress=advance)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    cfg = result["config"]
+    rht = f", RHT-{cfg['rht']}" if cfg["rht"] else ""
+    for label in cfg["dists"]:
+        table = Table(title=f"input: {label} ({cfg['shape'][0]}x{cfg['shape'][1]}), {len(cfg['seeds'])} SR seeds"
+                      f"{rht}; unit: block amax", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                      pad_edge=False, padding=(0, 1, 0, 0))
+        table.add_column("format", no_wrap=True)
+        for col in ("bits", "signed", "±SE", "expect", "p-unif", "|x|err", "α"):
+            table.add_column(col, justify="right", no_wrap=True)
+        last = None
+        for r in (x for x in result["results"] if x["dist"] == label):
+            table.add_row("" if r["format"] == last else r["format"],
+                          "rtne" if r["width"] is None else str(r["width"]), f"{r['signed']:+.2e}",
+                          "—" if r["width"] is None else f"{r['signed_se']:.1e}", _fmt(r["expected"], "+.2e"),
+                          _fmt(r["expected_uniform"], "+.2e"), f"{r['magnitude']:+.2e}", f"{r['alpha']:.4f}")
+            last = r["format"]
+        console.print(table)
+    console.print("bits: SR random-bit width (rtne: the grid's own rounding); signed: mean (Q(x) - x) / block amax "
+                  "over elements and SR seeds, ±SE across seeds; expect: -E(p - floor(p 2^w)/2^w) gaps given the "
+                  "data; p-unif: -2^-(w+1) gaps; |x|err: mean (|Q(x)| - |x|) / block amax (shrinkage); "
+                  f"α = <Q(x),x>/||x||². {len(result['results'])} rows in {result['elapsed_s']:.1f} s. "
+                  "Reading: docs/sr_bias.md.", markup=False, highlight=False)
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add the analysis subcommands to an ``argparse`` subparsers object."""
     from fp4lab.analysis.compare import DEFAULT_FORMATS, DEFAULT_RHT, DEFAULT_SHAPE
@@ -232,3 +283,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("formats", nargs="*", metavar="FORMAT", help="subset of built-in formats (default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON summary only")
     p.set_defaults(func=conformance_main)
+
+    p = subparsers.add_parser(
+        "sr-bias", help="bias left by each stochastic-rounding random-bit width (sr_bits), with RTNE for reference",
+        description="Quantize synthetic inputs with stochastic rounding at each random-bit width over several SR "
+        "seeds and report the mean signed error relative to the block amax (with its standard error), the "
+        "expected width deficit, the magnitude (shrinkage) error and alpha; RTNE rows for reference. Method: "
+        "fp4lab.analysis.sr_bias; findings: docs/sr_bias.md.")
+    p.add_argument("formats", nargs="*", metavar="FORMAT",
+                   help="format names or spec files (default: ufp4 e2m1-b16-fp32 nvfp4 mxfp4)")
+    p.add_argument("--widths", nargs="+", type=int, choices=(24, 16, 8, 4), default=[24, 16, 8, 4], metavar="W",
+                   help="SR random-bit widths among 24 16 8 4 (default: all four)")
+    p.add_argument("--seeds", type=int, default=8, metavar="N", help="SR seeds 0..N-1 per width (default 8)")
+    p.add_argument("--dist", nargs="+", metavar="SPEC",
+                   help="distribution specs name[:k=v,...] (default: gaussian laplace student-t:nu=3)")
+    p.add_argument("--shape", type=_shape, default=(256, 2048), help="input shape ROWSxCOLS (default 256x2048)")
+    p.add_argument("--rht", type=int, default=None, help="RHT size applied before quantizing (default: none)")
+    p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
+    p.add_argument("--data-seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    p.set_defaults(func=sr_bias_main)
