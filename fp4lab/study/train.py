@@ -1,0 +1,408 @@
+"""One pretraining run of the study GPT under a recipe: ``train(TrainConfig(...))``.
+
+Every block linear is a ``QuantLinear`` of the recipe (``quantize_model``, streams from the qualified names and
+the seed); the embedding, the norms and the head stay in high precision (the head too is quantized with
+``quantize_head``). Same seed, same initial weights and batches for every recipe (``fp4lab.study.data``).
+AdamW (weight decay on matrices and the embedding only), linear warmup then cosine decay to
+``min_lr_ratio * lr``, gradient clipping, bf16 autocast on CUDA and fp32 on the CPU.
+
+Files in the run folder ``cfg.out``:
+
+* ``config.json``: the configuration, the recipe as TOML, the corpus summary, parameter count;
+* ``metrics.csv`` / ``metrics.json``: one row per evaluation (``logs.METRIC_COLUMNS``): ``train_loss`` is the
+  mean training loss of the steps since the previous evaluation, ``heldout_loss`` the loss on the fixed held-out
+  windows (model in eval mode: quantized forward GEMMs, no SR draws), ``tokens_per_s`` the training throughput of
+  the interval (evaluation excluded), ``elapsed_s`` the run's wall time over all its sessions;
+* ``alpha.csv``: attenuation per layer, operand and GEMM every ``diag_every`` steps (``fp4lab.study.diagnostics``);
+* ``captures/step_<step>/<layer>.<x|w|dy>.npy``: operands of step ``<step>`` (1-based) of ``capture_layers``
+  (X and dY: the first ``capture_rows`` tokens);
+* ``checkpoint.pt``: model, optimizer, step, each QuantLinear's ``step``, RNG states and the open interval's
+  sums, written every ``ckpt_every`` steps, when a run stops early and at the end (deleted then unless
+  ``keep_checkpoint``);
+* ``done.json``: written when the run has finished.
+
+A run folder with a checkpoint resumes from it; rows logged after the checkpoint are dropped first, so a resumed
+run writes the same rows (on the CPU, the same bits) as an uninterrupted one. Its configuration must agree with
+``config.json`` except for the fields in ``RUNTIME_FIELDS`` (and recipe or corpus paths, which are compared by
+content).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fp4lab.errors import InputError
+from fp4lab.recipes import get_recipe, recipe_to_toml
+from fp4lab.recipes.linear import quantize_model
+from fp4lab.study import diagnostics
+from fp4lab.study.data import Corpus, eval_windows, load_corpus, train_batch
+from fp4lab.study.logs import METRIC_COLUMNS, CsvLog, write_json
+from fp4lab.study.model import GPT, SIZES, GPTConfig
+from fp4lab.study.progress import RunProgress
+
+RUNTIME_FIELDS: tuple[str, ...] = ("out", "progress", "device", "ckpt_every", "keep_checkpoint", "diag_every",
+                                   "capture_steps", "capture_layers", "capture_rows", "recipe", "corpus")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One run. ``size`` names a ``SIZES`` entry (a label only when ``model`` is given)."""
+
+    out: str = "runs/run"
+    size: str = "small"
+    model: GPTConfig | None = None
+    recipe: str = "bf16"
+    quantize_head: bool = False
+    seed: int = 0
+    steps: int = 2000
+    batch: int = 32
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_tokens: int = 131072
+    diag_every: int | None = None
+    capture_steps: tuple[int, ...] = ()
+    capture_layers: tuple[str, ...] = ("blocks.0.*",)
+    capture_rows: int = 1024
+    ckpt_every: int = 500
+    keep_checkpoint: bool = True
+    corpus: str | None = None
+    corpus_glob: str | None = None
+    heldout_every: int = 20
+    device: str = "auto"
+    progress: bool = True
+
+    def gpt(self) -> GPTConfig:
+        """The model shape: ``model`` or ``SIZES[size]``."""
+        if self.model is not None:
+            return self.model
+        if self.size not in SIZES:
+            raise InputError(f"TrainConfig: size '{self.size}' is not one of {', '.join(SIZES)}; give a model")
+        return SIZES[self.size]
+
+    @property
+    def diag_interval(self) -> int:
+        """Steps between alpha diagnostics (0: none); ``diag_every = None`` follows ``eval_every``."""
+        return self.eval_every if self.diag_every is None else self.diag_every
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["model"] = dataclasses.asdict(self.gpt())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        """From ``to_dict`` output or a plan's table (unknown keys are an error)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InputError(f"TrainConfig: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        kw = dict(d)
+        if isinstance(kw.get("model"), dict):
+            base = dataclasses.asdict(SIZES.get(kw.get("size", cls.size), GPTConfig()))
+            bad = sorted(set(kw["model"]) - set(base))
+            if bad:
+                raise InputError(f"TrainConfig: unknown model field(s) {', '.join(bad)}")
+            kw["model"] = GPTConfig(**{**base, **kw["model"]})
+        for key in ("capture_steps", "capture_layers", "betas"):
+            if key in kw:
+                kw[key] = tuple(kw[key])
+        for f in dataclasses.fields(cls):
+            default = f.default
+            if f.name in kw and isinstance(default, (bool, int, float, str)) and not _fits(kw[f.name], default):
+                raise InputError(f"TrainConfig: {f.name} = {kw[f.name]!r}; expected {type(default).__name__}")
+        return cls(**kw)
+
+    def check(self) -> None:
+        """One-line InputError for values out of range."""
+        for name in ("steps", "batch", "eval_every", "eval_tokens", "heldout_every"):
+            if getattr(self, name) < 1:
+                raise InputError(f"TrainConfig: {name} = {getattr(self, name)}; it must be at least 1")
+        for name in ("seed", "warmup", "ckpt_every", "diag_interval", "capture_rows"):
+            if getattr(self, name) < 0:
+                raise InputError(f"TrainConfig: {name} = {getattr(self, name)}; it must be non-negative")
+        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise InputError(f"TrainConfig: lr = {self.lr}, min_lr_ratio = {self.min_lr_ratio}; need lr > 0 and a "
+                             f"ratio in [0, 1]")
+        bad = [s for s in self.capture_steps if not 1 <= s <= self.steps]
+        if bad:
+            raise InputError(f"TrainConfig: capture step(s) {bad} outside 1..{self.steps}")
+        m = self.gpt()
+        if m.d_model % m.heads or (m.d_model // m.heads) % 2:
+            raise InputError(f"TrainConfig: d_model = {m.d_model} with {m.heads} heads; the head width must be even")
+        get_recipe(self.recipe)
+
+
+def _fits(value: Any, default: Any) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a call of ``train`` ended: ``status`` "done" or "paused" (stopped early, checkpoint written)."""
+
+    status: str
+    step: int
+    out: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of 0-based step ``step``: linear warmup over ``warmup`` steps, then cosine to the floor."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    p = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * min(p, 1.0)))
+
+
+def build_model(cfg: TrainConfig) -> GPT:
+    """The GPT of ``cfg`` (initialised from ``seed``) with its block linears converted to the recipe."""
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.gpt())
+    recipe = get_recipe(cfg.recipe)
+    skip = () if cfg.quantize_head else ("head",)
+    quantize_model(model, recipe, seed=cfg.seed, skip=skip)
+    keep = tuple(skip) + tuple(recipe.high_precision)
+    for name, m in model.named_modules():
+        if type(m) is torch.nn.Linear and not any(fnmatch.fnmatchcase(name, p) for p in keep):
+            raise InputError(f"train: layer {name} ({m.in_features} -> {m.out_features}) does not fit the blocks of "
+                             f"recipe '{recipe.name}'; use widths that are multiples of its block and RHT sizes")
+    return model
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on parameters of two or more dimensions only (fused on CUDA)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    plain = [p for p in model.parameters() if p.ndim < 2]
+    fused = all(p.is_cuda for p in model.parameters()) or None
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": plain, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas, fused=fused)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _autocast(device: torch.device) -> Any:
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, windows: torch.Tensor, batch: int, device: torch.device) -> float:
+    """Mean next-byte cross entropy (nats) of ``model`` on ``windows`` [n, T + 1], in eval mode."""
+    was = model.training
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = 0
+    for i in range(0, windows.shape[0], batch):
+        w = windows[i:i + batch].to(device)
+        with _autocast(device):
+            logits = model(w[:, :-1])
+        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1), reduction="sum").double()
+        count += w[:, 1:].numel()
+    model.train(was)
+    return float(total) / count
+
+
+def identity(cfg: TrainConfig, corpus: Corpus) -> dict[str, Any]:
+    """What must agree between the sessions of one run."""
+    d = {k: v for k, v in cfg.to_dict().items() if k not in RUNTIME_FIELDS}
+    d["recipe_toml"] = recipe_to_toml(get_recipe(cfg.recipe))
+    d["corpus_fingerprint"] = corpus.fingerprint
+    return json.loads(json.dumps(d))
+
+
+def _check_config(run: Path, cfg: TrainConfig, corpus: Corpus, model: GPT) -> None:
+    path = run / "config.json"
+    ident = identity(cfg, corpus)
+    if path.is_file():
+        old = json.loads(path.read_text()).get("identity", {})
+        for key in sorted(set(old) | set(ident)):
+            if old.get(key) != ident.get(key):
+                raise InputError(f"train: {run} holds a run with {key} = {old.get(key)!r}, not {ident.get(key)!r}; "
+                                 f"use another out folder")
+    write_json(path, {"config": cfg.to_dict(), "identity": ident, "corpus": corpus.describe(),
+                      "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__})
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    st = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        st["cuda"] = torch.cuda.get_rng_state(device)
+    return st
+
+
+def _save_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, step: int, loop: dict[str, Any],
+                     device: torch.device) -> None:
+    layers = {n: m.step for n, m in diagnostics.quant_layers(model)}
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "layer_steps": layers,
+             "loop": loop, "rng": _rng_state(device)}
+    tmp = run / "checkpoint.pt.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, run / "checkpoint.pt")
+
+
+def _load_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, device: torch.device) -> tuple[int, dict]:
+    state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)  # loaders move to device
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    layers = dict(diagnostics.quant_layers(model))
+    for name, step in state["layer_steps"].items():
+        layers[name].step = int(step)
+    torch.set_rng_state(state["rng"]["cpu"].cpu())
+    if device.type == "cuda" and "cuda" in state["rng"]:
+        torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
+    return int(state["step"]), dict(state["loop"])
+
+
+def run_status(out: str | Path) -> str:
+    """"done", "partial" (a checkpoint to resume from) or "missing"."""
+    run = Path(out)
+    if (run / "done.json").is_file():
+        return "done"
+    return "partial" if (run / "checkpoint.pt").is_file() else "missing"
+
+
+@dataclass
+class _Loop:
+    """State of the training loop that a checkpoint carries besides model and optimizer: the open evaluation
+    interval's loss sum and step count, its wall time so far, and the run's wall time over earlier sessions."""
+
+    loss_sum: torch.Tensor
+    loss_steps: int
+    mark: float
+    elapsed0: float
+    session: float
+
+    @classmethod
+    def restore(cls, saved: dict[str, Any], device: torch.device) -> "_Loop":
+        now = time.monotonic()
+        return cls(torch.tensor(saved.get("loss_sum", 0.0), dtype=torch.float64, device=device),
+                   int(saved.get("loss_steps", 0)), now - saved.get("interval_s", 0.0), saved.get("elapsed_s", 0.0),
+                   now)
+
+    def saved(self) -> dict[str, Any]:
+        return {"loss_sum": float(self.loss_sum), "loss_steps": self.loss_steps, "interval_s": self.interval(),
+                "elapsed_s": self.elapsed()}
+
+    def interval(self) -> float:
+        return time.monotonic() - self.mark
+
+    def elapsed(self) -> float:
+        return self.elapsed0 + time.monotonic() - self.session
+
+    def close(self, step: int, cfg: TrainConfig, heldout: float, interval: float) -> dict[str, Any]:
+        """The log row of the interval ending at ``step``; opens the next interval."""
+        seq = cfg.gpt().seq_len
+        row = {"step": step, "tokens": step * cfg.batch * seq, "train_loss": float(self.loss_sum) / self.loss_steps,
+               "heldout_loss": heldout, "lr": lr_at(step - 1, cfg),
+               "tokens_per_s": self.loss_steps * cfg.batch * seq / interval, "elapsed_s": self.elapsed()}
+        self.loss_sum.zero_()
+        self.loss_steps = 0
+        self.mark = time.monotonic()
+        return row
+
+
+def train(cfg: TrainConfig, deadline: float | None = None, stop_at: int | None = None,
+          corpus: Corpus | None = None) -> RunResult:
+    """Run (or resume, or skip if finished) ``cfg``; stop early with a checkpoint at the first step boundary after
+    ``time.monotonic() >= deadline`` or at step ``stop_at``. ``corpus`` saves reloading it for every run."""
+    cfg.check()
+    run = Path(cfg.out)
+    logs = CsvLog(run / "metrics.csv", METRIC_COLUMNS, run / "metrics.json")
+    alpha_log = CsvLog(run / "alpha.csv", diagnostics.ALPHA_COLUMNS)
+    if run_status(run) == "done":
+        return RunResult("done", cfg.steps, run, json.loads((run / "metrics.json").read_text())["rows"])
+    run.mkdir(parents=True, exist_ok=True)
+    corpus = corpus or load_corpus(cfg.corpus, cfg.corpus_glob, cfg.heldout_every)
+    device = resolve_device(cfg.device)
+    model = build_model(cfg).to(device)
+    opt = make_optimizer(model, cfg)
+    _check_config(run, cfg, corpus, model)
+    step, saved = _load_checkpoint(run, model, opt, device) if run_status(run) == "partial" else (0, {})
+    logs.reset(step)
+    alpha_log.reset(step)
+    windows = torch.from_numpy(eval_windows(corpus.heldout, cfg.eval_tokens, cfg.gpt().seq_len))
+    title = f"{cfg.size} {get_recipe(cfg.recipe).name} seed {cfg.seed}"
+    loop = _Loop.restore(saved, device)
+    with RunProgress(title, cfg.steps, step, cfg.progress) as bar:
+        while step < cfg.steps:
+            if (deadline is not None and time.monotonic() >= deadline) or (stop_at is not None and step >= stop_at):
+                break
+            loss, alpha_rows = _train_step(model, opt, cfg, corpus, step, device, run)
+            step += 1
+            loop.loss_sum += loss.double()
+            loop.loss_steps += 1
+            alpha_log.append(alpha_rows)
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                _sync(device)
+                interval = loop.interval()
+                row = loop.close(step, cfg, evaluate(model, windows, cfg.batch, device), interval)
+                logs.append([row])
+                bar.update(step, row["tokens_per_s"], row["train_loss"], row["heldout_loss"])
+                bar.log(f"{title} step {step}: train {row['train_loss']:.4f} held-out {row['heldout_loss']:.4f} "
+                        f"{row['tokens_per_s']:,.0f} tok/s")
+            else:
+                bar.update(step, loss=float(loss) if step % 10 == 0 else None)
+            if cfg.ckpt_every and step % cfg.ckpt_every == 0 and step < cfg.steps:
+                _save_checkpoint(run, model, opt, step, loop.saved(), device)
+        _save_checkpoint(run, model, opt, step, loop.saved(), device)
+    if step < cfg.steps:
+        return RunResult("paused", step, run, logs.rows)
+    write_json(run / "done.json", {"step": step, "final": logs.rows[-1] if logs.rows else None,
+                                   "elapsed_s": loop.elapsed()})
+    if not cfg.keep_checkpoint:
+        (run / "checkpoint.pt").unlink()
+    return RunResult("done", step, run, logs.rows)
+
+
+def _train_step(model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, corpus: Corpus, step: int,
+                device: torch.device, run: Path) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+    """One optimizer step on batch ``step`` (0-based): (its loss, its alpha rows)."""
+    s = step + 1
+    lr = lr_at(step, cfg)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    tokens = torch.from_numpy(train_batch(corpus.train, cfg.seed, step, cfg.batch, cfg.gpt().seq_len)).to(device)
+    want_alpha = bool(cfg.diag_interval) and s % cfg.diag_interval == 0
+    capture = run / "captures" / f"step_{s:07d}" if s in cfg.capture_steps else None
+    with diagnostics.watch(model, s, want_alpha, capture, cfg.capture_layers, cfg.capture_rows) as rows:
+        with _autocast(device):
+            logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    return loss.detach(), rows

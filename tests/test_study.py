@@ -1,0 +1,427 @@
+"""Pretraining study (fp4lab.study): corpus split and batches, the training loop on a tiny GPT (loss, logs,
+diagnostics, captures, bit-identical resume), the study driver, the summary statistics and the CLI."""
+
+import json
+import math
+import runpy
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fp4lab  # noqa: E402
+from fp4lab.analysis import metrics, tensors_io  # noqa: E402
+from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
+from fp4lab.errors import InputError  # noqa: E402
+from fp4lab.recipes import QuantLinear, recipe_to_toml, get_recipe  # noqa: E402
+from fp4lab.study import data, diagnostics, driver, summary, train as train_mod  # noqa: E402
+from fp4lab.study.defaults import RECIPES, write_study  # noqa: E402
+from fp4lab.study.logs import METRIC_COLUMNS, read_csv  # noqa: E402
+from fp4lab.study.model import GPT, SIZES, GPTConfig  # noqa: E402
+from fp4lab.study.train import TrainConfig, build_model, run_status, train  # noqa: E402
+
+TINY = GPTConfig(d_model=64, layers=2, heads=2, ffn=128, seq_len=64)
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pretrain.py"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: threads only contend on a shared CPU (20-40x slower with 2 threads under load)."""
+    import numba
+
+    before = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    yield
+    torch.set_num_threads(before[0])
+    numba.set_num_threads(before[1])
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """40 small text files in nested folders (deterministic contents)."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = ["def", "return", "self", "import", "for", "in", "if", "else", "x", "y", "(", ")", ":", "=", "+", "\n"]
+    for i in range(40):
+        folder = root / f"pkg{i % 4}"
+        folder.mkdir(exist_ok=True)
+        text = " ".join(words[j] for j in rng.integers(0, len(words), 600))
+        (folder / f"mod{i}.py").write_text(text)
+    (root / "pkg0" / "notes.txt").write_text("not python")
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(corpus_dir):
+    return data.load_corpus(corpus_dir, "*.py")
+
+
+def _cfg(tmp_path, corpus_dir, name="run", **kw):
+    base = dict(out=str(tmp_path / name), size="tiny", model=TINY, recipe="ufp4", steps=8, batch=2, lr=3e-3,
+                warmup=2, eval_every=2, eval_tokens=256, ckpt_every=0, corpus=str(corpus_dir), corpus_glob="*.py",
+                progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+# ---- corpus ---------------------------------------------------------------------------------------------------
+
+
+def test_split_rule_is_deterministic_disjoint_and_by_path(corpus_dir, corpus, tmp_path):
+    files = data.list_files(corpus_dir, "*.py")
+    assert len(files) == 40 and files == sorted(files) and "pkg0/notes.txt" not in files
+    train_f, held_f = set(corpus.train_files), set(corpus.heldout_files)
+    assert train_f.isdisjoint(held_f) and train_f | held_f == set(files) and held_f
+    rule = {f for f in files if data.is_heldout(f)}
+    assert held_f == (rule or {min(files, key=data.path_digest)})
+    again = data.load_corpus(corpus_dir, "*.py")
+    assert again.heldout_files == corpus.heldout_files and again.fingerprint == corpus.fingerprint
+    # the rule reads only the relative path: the same tree elsewhere with other contents splits the same way
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("other")
+    assert data.load_corpus(tmp_path, "*.py").heldout_files == corpus.heldout_files
+    # parts: each file followed by the separator byte
+    assert corpus.train.dtype == np.uint8 and int((corpus.train == data.SEP).sum()) == len(train_f)
+    assert corpus.heldout.size == sum((corpus_dir / f).stat().st_size + 1 for f in corpus.heldout_files)
+
+
+def test_split_rule_on_the_stdlib():
+    files = data.list_files(data.stdlib_dir(), "*.py")
+    train_f, held_f = data.split_files(files)
+    assert len(files) > 500 and not any("site-packages" in f for f in files)
+    assert 0.02 < len(held_f) / len(files) < 0.09 and set(train_f).isdisjoint(held_f)
+
+
+def test_corpus_errors(tmp_path):
+    with pytest.raises(InputError, match="not a directory"):
+        data.load_corpus(tmp_path / "nope")
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(InputError, match="at least 2"):
+        data.load_corpus(tmp_path)
+
+
+def test_batches_depend_on_seed_and_step_only(corpus):
+    b = data.train_batch(corpus.train, 3, 7, 4, 64)
+    assert b.shape == (4, 65) and b.dtype == np.int64
+    assert np.array_equal(b, data.train_batch(corpus.train, 3, 7, 4, 64))
+    assert not np.array_equal(b, data.train_batch(corpus.train, 3, 8, 4, 64))
+    assert not np.array_equal(b, data.train_batch(corpus.train, 4, 7, 4, 64))
+    e = data.eval_windows(corpus.heldout, 640, 64)
+    assert e.shape == (10, 65) and np.array_equal(e, data.eval_windows(corpus.heldout, 640, 64))
+
+
+def test_recipes_share_batches_and_initial_weights(tmp_path, corpus_dir, corpus, monkeypatch):
+    seen: dict[str, list] = {}
+    current = []
+
+    def spy(tokens, seed, step, batch, seq_len):
+        out = data.train_batch(tokens, seed, step, batch, seq_len)
+        seen.setdefault(current[0], []).append(out)
+        return out
+
+    monkeypatch.setattr(train_mod, "train_batch", spy)
+    for recipe in ("bf16", "ufp4", "mxfp4"):
+        current[:] = [recipe]
+        train(_cfg(tmp_path, corpus_dir, recipe, recipe=recipe, steps=2, batch=2, eval_every=2, diag_every=0),
+              corpus=corpus)
+    for recipe in ("ufp4", "mxfp4"):
+        assert all(np.array_equal(a, b) for a, b in zip(seen["bf16"], seen[recipe]))
+    w0 = build_model(_cfg(tmp_path, corpus_dir, recipe="bf16")).state_dict()
+    w1 = build_model(_cfg(tmp_path, corpus_dir, recipe="ufp4")).state_dict()
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+
+
+# ---- model sizes ------------------------------------------------------------------------------------------------
+
+
+def test_sizes():
+    want = {"small": 10e6, "middle": 41e6, "large": 114e6}
+    for name, cfg in SIZES.items():
+        assert abs(cfg.params / want[name] - 1) < 0.1, (name, cfg.params)
+        assert cfg.d_model % 32 == 0 and cfg.ffn % 32 == 0 and cfg.d_model % cfg.heads == 0
+    assert TINY.params == sum(p.numel() for p in GPT(TINY).parameters())
+
+
+def test_block_linears_are_quantlinear_head_is_not(tmp_path, corpus_dir):
+    model = build_model(_cfg(tmp_path, corpus_dir))
+    names = [n for n, _ in diagnostics.quant_layers(model)]
+    assert len(names) == 4 * TINY.layers and all(n.startswith("blocks.") for n in names)
+    assert type(model.head) is torch.nn.Linear
+    assert isinstance(build_model(_cfg(tmp_path, corpus_dir, quantize_head=True)).head, QuantLinear)
+
+
+# ---- training loop ----------------------------------------------------------------------------------------------
+
+
+def test_ufp4_trains_and_writes_logs(tmp_path, corpus_dir, corpus):
+    cfg = _cfg(tmp_path, corpus_dir, steps=12, eval_every=4, diag_every=4, capture_steps=(2,), capture_rows=64)
+    res = train(cfg, corpus=corpus)
+    assert res.status == "done" and run_status(cfg.out) == "done"
+    run = Path(cfg.out)
+    rows = read_csv(run / "metrics.csv")
+    assert [r["step"] for r in rows] == [4, 8, 12] and list(rows[0]) == list(METRIC_COLUMNS)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"] - 0.3
+    assert rows[-1]["heldout_loss"] < rows[0]["heldout_loss"] - 0.3
+    assert rows[-1]["tokens"] == 12 * 2 * 64 and all(r["tokens_per_s"] > 0 for r in rows)
+    assert json.loads((run / "metrics.json").read_text())["rows"] == rows
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["params"] == TINY.params and meta["corpus"]["fingerprint"] == corpus.fingerprint
+    alpha = read_csv(run / "alpha.csv")
+    assert list(alpha[0]) == list(diagnostics.ALPHA_COLUMNS)
+    assert sorted({r["step"] for r in alpha}) == [4, 8, 12] and len(alpha) == 3 * 4 * TINY.layers * 6
+    assert all(0.8 < r["alpha"] < 1.2 and r["sqnr_db"] > 10 for r in alpha)
+    cap = run / "captures" / "step_0000002"
+    assert len(list(cap.glob("*.npy"))) == 4 * 3  # blocks.0.*: 4 layers x (x, w, dy)
+    assert tensors_io.load_tensor(cap / "blocks.0.mlp.down.x.npy").shape == (64, TINY.ffn)
+    assert tensors_io.load_tensor(cap / "blocks.0.mlp.down.dy.npy").shape == (64, TINY.d_model)
+    assert tensors_io.load_tensor(cap / "blocks.0.mlp.down.w.npy").shape == (TINY.d_model, TINY.ffn)
+    again = train(cfg, corpus=corpus)  # finished: nothing runs
+    assert again.status == "done" and read_csv(run / "metrics.csv") == rows
+
+
+def test_operand_alpha_matches_the_reference():
+    layer = QuantLinear(64, 32, bias=False, recipe="ufp4", name="probe")
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+    a, snr = diagnostics.operand_alpha(layer, x, "x", "fprop", "k", 0)
+    fmt = fp4lab.get_format("ufp4")
+    q, _ = fake_quantize_reference(x.numpy(), fmt, None, 0, -1, 16, 0, 16, "bf16")
+    ref = fp4lab.rht(x.numpy(), size=16, seed=0, axis=-1)
+    assert a == pytest.approx(metrics.alpha(ref, q), abs=1e-12)
+    assert snr == pytest.approx(metrics.sqnr_db(ref, q), abs=1e-9)
+    a_m, _ = diagnostics.operand_alpha(layer, x, "x", "wgrad", "m", 0)
+    q_m, _ = fake_quantize_reference(x.numpy(), fmt, None, 0, 0, 16, 0, 16, "bf16")
+    assert a_m == pytest.approx(metrics.alpha(fp4lab.rht(x.numpy(), size=16, seed=0, axis=0), q_m), abs=1e-12)
+
+
+def test_resume_after_pause_and_crash_gives_identical_losses(tmp_path, corpus_dir, corpus, monkeypatch):
+    """Uninterrupted (no diagnostics) vs paused at 2, crashed in step 6 (checkpoint at 3, a row logged at 4 that
+    the resume drops), resumed: same rows and weights bit for bit; diagnostics change nothing."""
+    full = _cfg(tmp_path, corpus_dir, "full", diag_every=0)
+    ref = train(full, corpus=corpus).rows
+    cut = _cfg(tmp_path, corpus_dir, "cut", ckpt_every=3, diag_every=2, capture_steps=(5,))
+    assert train(cut, stop_at=2, corpus=corpus).status == "paused" and run_status(cut.out) == "partial"
+
+    def crash(tokens, seed, step, batch, seq_len):
+        if step == 5:
+            raise KeyboardInterrupt
+        return data.train_batch(tokens, seed, step, batch, seq_len)
+
+    monkeypatch.setattr(train_mod, "train_batch", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train(cut, corpus=corpus)
+    assert [r["step"] for r in read_csv(Path(cut.out) / "metrics.csv")] == [2, 4]
+    assert torch.load(Path(cut.out) / "checkpoint.pt", weights_only=True)["step"] == 3
+    monkeypatch.undo()
+    got = train(cut, corpus=corpus).rows
+    keys = ("step", "tokens", "train_loss", "heldout_loss", "lr")
+    assert [{k: r[k] for k in keys} for r in got] == [{k: r[k] for k in keys} for r in ref]
+    assert [{k: r[k] for k in keys} for r in read_csv(Path(cut.out) / "metrics.csv")] == \
+        [{k: r[k] for k in keys} for r in ref]
+    a = torch.load(Path(full.out) / "checkpoint.pt", weights_only=True)
+    b = torch.load(Path(cut.out) / "checkpoint.pt", weights_only=True)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert a["layer_steps"] == b["layer_steps"] == {n: 8 for n in a["layer_steps"]}
+    alpha = read_csv(Path(cut.out) / "alpha.csv")
+    assert sorted({r["step"] for r in alpha}) == [2, 4, 6, 8] and len(alpha) == 4 * 4 * TINY.layers * 6
+
+
+def test_deadline_pauses_with_a_checkpoint_and_config_is_checked(tmp_path, corpus_dir, corpus):
+    cfg = _cfg(tmp_path, corpus_dir)
+    res = train(cfg, deadline=0.0, corpus=corpus)
+    assert res.status == "paused" and res.step == 0 and run_status(cfg.out) == "partial"
+    with pytest.raises(InputError, match="holds a run with lr"):
+        train(_cfg(tmp_path, corpus_dir, lr=1e-3), corpus=corpus)
+    with pytest.raises(InputError, match="recipe_toml"):
+        train(_cfg(tmp_path, corpus_dir, recipe="mxfp4"), corpus=corpus)
+
+
+def test_config_errors(tmp_path, corpus_dir):
+    with pytest.raises(InputError, match="unknown field"):
+        TrainConfig.from_dict({"stepz": 3})
+    with pytest.raises(InputError, match="steps = '3'"):
+        TrainConfig.from_dict({"steps": "3"})
+    with pytest.raises(InputError, match="capture step"):
+        _cfg(tmp_path, corpus_dir, capture_steps=(0,)).check()
+    with pytest.raises(InputError, match="size 'huge'"):
+        TrainConfig(size="huge").check()
+    assert TrainConfig.from_dict({"size": "small", "model": {"layers": 2}}).gpt() == \
+        GPTConfig(d_model=384, layers=2, heads=6, ffn=1024)
+    cfg = _cfg(tmp_path, corpus_dir, warmup=10, steps=110, min_lr_ratio=0.1)
+    assert train_mod.lr_at(0, cfg) == pytest.approx(3e-4) and train_mod.lr_at(10, cfg) == pytest.approx(3e-3)
+    assert train_mod.lr_at(109, cfg) == pytest.approx(3e-4, rel=1e-2)
+
+
+# ---- driver -----------------------------------------------------------------------------------------------------
+
+
+def _plan(tmp_path, corpus_dir, recipes=("bf16", "ufp4")):
+    path = tmp_path / "plan.toml"
+    path.write_text(f"""
+out = "runs"
+corpus = "{corpus_dir}"
+[train]
+steps = 4
+batch = 2
+eval_every = 2
+eval_tokens = 256
+warmup = 1
+lr = 3e-3
+corpus_glob = "*.py"
+keep_checkpoint = false
+[sizes.tiny]
+model = {{ d_model = 64, layers = 2, heads = 2, ffn = 128, seq_len = 64 }}
+[[runs]]
+sizes = ["tiny"]
+recipes = {json.dumps(list(recipes))}
+seeds = [0, 1]
+[[runs]]
+sizes = ["tiny"]
+recipes = ["ufp4"]
+seeds = [0]
+train = {{ capture_steps = [2] }}
+""")
+    return path
+
+
+def test_driver_runs_only_what_is_missing(tmp_path, corpus_dir):
+    runs = driver.load_plan(_plan(tmp_path, corpus_dir))
+    assert [r.label for r in runs] == ["tiny/bf16/seed0", "tiny/ufp4/seed0", "tiny/bf16/seed1", "tiny/ufp4/seed1"]
+    assert runs[1].cfg.capture_steps == (2,) and runs[3].cfg.capture_steps == ()
+    assert [r.label for r in driver.select(runs, shard=(1, 2))] == ["tiny/ufp4/seed0", "tiny/ufp4/seed1"]
+    assert driver.run_plan(runs, max_minutes=0, say=lambda s: None) == [(r, "missing") for r in runs]
+    first = driver.select(runs, seeds=[0])
+    train(replace(first[1].cfg, progress=False), stop_at=1)  # ufp4 seed 0 partial
+    said: list[str] = []
+    driver.run_plan(driver.select(runs, recipes=["bf16"], seeds=[0]), progress=False, say=said.append)
+    bf16_log = Path(first[0].cfg.out, "metrics.csv")
+    stamp = bf16_log.stat().st_mtime_ns
+    said.clear()
+    out = driver.run_plan(runs, progress=False, say=said.append)
+    assert [s for _, s in out] == ["done"] * 4
+    assert said == ["[2/4] tiny/ufp4/seed0: resume", "[3/4] tiny/bf16/seed1: start", "[4/4] tiny/ufp4/seed1: start"]
+    assert bf16_log.stat().st_mtime_ns == stamp
+    assert not Path(first[0].cfg.out, "checkpoint.pt").exists()  # keep_checkpoint = false
+    assert (Path(first[1].cfg.out) / "captures" / "step_0000002").is_dir()
+    assert [(r.label, s, n) for r, s, n in driver.statuses(runs)] == [(r.label, "done", 4) for r in runs]
+    # the real runs summarize: a gap per (recipe, seed, metric) and one paired row set
+    s = summary.summarize(tmp_path / "runs", tmp_path / "sum", pairs=(("ufp4", "bf16"),), plots=False)
+    assert len(s["gaps"]) == 2 and s["notes"] == []
+
+
+def test_plan_errors(tmp_path, corpus_dir):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[runs]]\nsizes = ["tiny"]\nrecipes = ["nope"]\nseeds = [0]\n')
+    with pytest.raises(InputError, match="unknown recipe 'nope'"):
+        driver.load_plan(bad)
+    bad.write_text('stepz = 3\n[[runs]]\nsizes = ["small"]\nrecipes = ["bf16"]\nseeds = [0]\n')
+    with pytest.raises(InputError, match="unknown key"):
+        driver.load_plan(bad)
+    bad.write_text('[train]\nstepz = 3\n[[runs]]\nsizes = ["small"]\nrecipes = ["bf16"]\nseeds = [0]\n')
+    with pytest.raises(InputError, match="unknown field"):
+        driver.load_plan(bad)
+
+
+def test_default_study_plan(tmp_path):
+    write_study(tmp_path)
+    runs = driver.load_plan(tmp_path / "plan.toml")
+    assert len(runs) == 3 * 6 * 3 + 3 * 3
+    assert {r.recipe for r in runs} == {"bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", *RECIPES}
+    by = {r.label: r for r in runs}
+    assert by["middle/ufp4/seed0"].cfg.capture_steps == (1, 1000, 2000) and by["large/ufp4/seed2"].cfg.lr == 1e-3
+    assert get_recipe(tmp_path / "recipes" / "ufp4-e4m3.toml").format == "ufp4-e4m3"
+    assert get_recipe(tmp_path / "recipes" / "ufp4-sr-all.toml").sr == ["x", "w", "dy"]
+    for name in RECIPES:  # every ablation recipe fits the model widths
+        build_model(TrainConfig(size="tiny", model=TINY, recipe=str(tmp_path / "recipes" / f"{name}.toml")))
+    with pytest.raises(InputError, match="exists"):
+        write_study(tmp_path)
+
+
+# ---- summary ----------------------------------------------------------------------------------------------------
+
+
+def _fake_run(root, size, recipe, seed, losses, params=1000, done=True, lr=1e-3):
+    folder = root / size / recipe / f"seed{seed}"
+    folder.mkdir(parents=True)
+    rtoml = recipe_to_toml(get_recipe(recipe))
+    ident = {"size": size, "seed": seed, "steps": 10 * len(losses), "lr": lr, "recipe_toml": rtoml}
+    (folder / "config.json").write_text(json.dumps({"config": {"size": size, "seed": seed}, "identity": ident,
+                                                    "params": params}))
+    lines = [",".join(METRIC_COLUMNS)]
+    for i, (tr, ho) in enumerate(losses):
+        lines.append(f"{10 * (i + 1)},{100 * (i + 1)},{tr},{ho},0.001,1000.0,1.0")
+    (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
+    if done:
+        (folder / "done.json").write_text(json.dumps({"elapsed_s": 5.0}))
+
+
+def test_summarize_paired_statistics(tmp_path):
+    root = tmp_path / "runs"
+    g_e = {0: 1.0, 1: 1.5, 2: 0.8}  # percent gaps in the final window (last 2 of 20 evaluations)
+    g_u = {0: 0.5, 1: 1.2, 2: 0.6}
+    for seed in range(3):
+        early = [(9.0 + seed, 9.5)] * 18
+        _fake_run(root, "s", "bf16", seed, early + [(2.0, 2.5)] * 2)
+        for recipe, g in (("e2m1-ref", g_e), ("ufp4", g_u)):
+            _fake_run(root, "s", recipe, seed, [(7.0, 7.0)] * 18 + [(2.0 * (1 + g[seed] / 100),
+                                                                     2.5 * (1 + 2 * g[seed] / 100))] * 2)
+    _fake_run(root, "s", "ufp4", 3, [(2.0, 2.0)] * 20)  # no bf16 run of seed 3
+    _fake_run(root, "s", "mxfp4", 0, [(2.0, 2.0)] * 20, lr=5e-3)  # not comparable with its bf16 run
+    _fake_run(root, "s", "nvfp4", 0, [(2.0, 2.0)] * 5, done=False)  # unfinished
+    s = summary.summarize(root, tmp_path / "out", window=0.1)
+    gaps = {(g["recipe"], g["metric"]): g for g in s["gaps"]}
+    m, se, n = summary.mean_se(list(g_u.values()))
+    assert gaps[("ufp4", "train")]["n"] == 3 and gaps[("ufp4", "train")]["mean"] == pytest.approx(m)
+    assert gaps[("ufp4", "train")]["se"] == pytest.approx(se)
+    assert gaps[("ufp4", "heldout")]["mean"] == pytest.approx(2 * m)
+    diffs = [g_u[k] - g_e[k] for k in range(3)]
+    want = sum(diffs) / 3
+    want_se = math.sqrt(sum((d - want) ** 2 for d in diffs) / 2 / 3)
+    (p_train,) = [p for p in s["paired"] if p["metric"] == "train"]
+    assert p_train["a"] == "ufp4" and p_train["b"] == "e2m1-ref" and p_train["n"] == 3
+    assert p_train["mean"] == pytest.approx(want) and p_train["se"] == pytest.approx(want_se)
+    assert len(s["notes"]) == 2 and any("seed 3" in n for n in s["notes"])
+    assert any("mxfp4" in n and "differ" in n for n in s["notes"])
+    out = tmp_path / "out"
+    for f in ("runs.csv", "gaps.csv", "paired.csv", "alpha.csv", "summary.json", "summary.md", "loss_curves.png",
+              "gap_vs_size.png"):
+        assert (out / f).is_file(), f
+    runs = read_csv(out / "runs.csv")
+    assert len(runs) == 3 * 3 + 3 and {r["status"] for r in runs} == {"done", "partial"}
+    assert "ufp4 − e2m1-ref" in (out / "summary.md").read_text()
+    assert summary.window_size(20, 0.1) == 2 and summary.window_size(5, 0.1) == 1
+    with pytest.raises(InputError, match="window"):
+        summary.summarize(root, out, window=0)
+
+
+# ---- command line -----------------------------------------------------------------------------------------------
+
+
+def _cli(monkeypatch, *argv):
+    monkeypatch.setattr(sys, "argv", ["pretrain.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_path(str(EXAMPLE), run_name="__main__")
+    return exc.value.code
+
+
+def test_cli(monkeypatch, tmp_path, corpus_dir, capsys):
+    assert _cli(monkeypatch, "--help") == 0
+    assert "summarize" in capsys.readouterr().out
+    assert _cli(monkeypatch, "corpus", "--corpus", str(corpus_dir), "--glob", "*.py") == 0
+    assert "heldout_files" in capsys.readouterr().out
+    assert _cli(monkeypatch, "train", "--out", str(tmp_path / "r"), "--recipe", "nope") == 2
+    assert capsys.readouterr().err.startswith("error: unknown recipe 'nope'")
+    args = ["train", "--out", str(tmp_path / "r"), "--corpus", str(corpus_dir), "--corpus-glob", "*.py",
+            "--recipe", "nvfp4", "--steps", "2", "--batch", "2", "--eval-every", "2", "--eval-tokens", "128",
+            "--d-model", "64", "--layers", "1", "--heads", "2", "--ffn", "128", "--seq-len", "64", "--no-progress"]
+    assert _cli(monkeypatch, *args) == 0
+    assert "done at step 2" in capsys.readouterr().out
+    assert _cli(monkeypatch, "init", str(tmp_path / "study")) == 0
+    assert _cli(monkeypatch, "study", str(tmp_path / "study" / "plan.toml"), "--status", "--sizes", "small") == 0
+    assert "0 of 18 runs done" in capsys.readouterr().out
+    assert _cli(monkeypatch, "summarize", str(tmp_path / "r"), "--no-plots") == 0
