@@ -128,35 +128,67 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
     return res
 
 
-def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int) -> dict[str, Any]:
+def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int,
+                graph: bool = False) -> dict[str, Any]:
+    """Whole training steps; ``graph``: the step captured in a CUDA graph and replayed (``DeviceStreams`` feeds
+    the stochastic-rounding seeds), which takes the host's launch cost out of both sides."""
+    from fp4lab.recipes import DeviceStreams
     from fp4lab.study.model import GPT, SIZES
 
     cfg = SIZES[size]
     dev = "cuda"
-    res: dict[str, Any] = {"size": size, "params": cfg.params, "batch": batch, "seq_len": cfg.seq_len}
+    res: dict[str, Any] = {"size": size, "params": cfg.params, "batch": batch, "seq_len": cfg.seq_len,
+                           "graph": graph}
     tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len + 1), device=dev)
-    inp, tgt = tokens[:, :-1], tokens[:, 1:]
+    inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     rows = {}
     for name in ["bf16-nn.Linear"] + recipes:
         torch.manual_seed(0)
         model = GPT(cfg).to(dev)
         if name != "bf16-nn.Linear":
             quantize_model(model, name, skip=("head",))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=graph)
+        ds = DeviceStreams(model) if graph else None
 
-        def step() -> None:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+        def body() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graph):
                 loss = torch.nn.functional.cross_entropy(model(inp).reshape(-1, cfg.vocab), tgt.reshape(-1))
             loss.backward()
             opt.step()
+
+        def step() -> None:
+            body()
             opt.zero_grad(set_to_none=True)
-        ms = timed(step, steps, repeats)
+        try:
+            if graph:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        ds.advance()
+                        step()
+                torch.cuda.current_stream().wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                ds.advance()
+                with torch.cuda.graph(g):
+                    body()
+
+                def replay() -> None:
+                    ds.advance()
+                    g.replay()
+                ms = timed(replay, steps, repeats)
+            else:
+                ms = timed(step, steps, repeats)
+        except Exception as exc:  # report and go on (a capture the runtime refuses, say)
+            print(f"  model {size} batch {batch} {name}: {type(exc).__name__}: {exc}"[:400], flush=True)
+            continue
         rows[name] = {"ms": ms, "tokens_per_s": batch * cfg.seq_len / ms * 1e3}
-        print(f"  model {size} batch {batch} {name:14s} {ms:7.2f} ms/step  {rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s",
-              flush=True)
-    base = rows["bf16-nn.Linear"]["ms"]
+        print(f"  model {size} batch {batch}{' graph' if graph else ''} {name:14s} {ms:7.2f} ms/step  "
+              f"{rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s", flush=True)
+    base = rows.get("bf16-nn.Linear", {}).get("ms")
     for name in recipes:
-        rows[name]["vs_bf16"] = rows[name]["ms"] / base
+        if base and name in rows:
+            rows[name]["vs_bf16"] = rows[name]["ms"] / base
     res["recipes"] = rows
     return res
 
@@ -168,6 +200,7 @@ def main() -> None:
     ap.add_argument("--recipes", nargs="+", default=list_recipes())
     ap.add_argument("--model", default="middle", help="study model size for the whole-step benchmark ('' to skip)")
     ap.add_argument("--batch", type=int, nargs="+", default=[32, 128], help="sequences per step (512 tokens each)")
+    ap.add_argument("--graph", action="store_true", help="whole-step benchmark as CUDA-graph replays")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd naive baseline")
     ap.add_argument("--json", default=None)
@@ -183,12 +216,13 @@ def main() -> None:
         out["linear"].append(bench_linear(args.tokens, k, n, args.recipes, iters, repeats,
                                           compiled=not args.no_compile and (k, n) == shapes[0]))
     if args.model:
-        out["model"] = [bench_model(args.model, b, args.recipes, max(iters // 2, 3), repeats) for b in args.batch]
+        out["model"] = [bench_model(args.model, b, args.recipes, max(iters // 2, 3), repeats, graph=args.graph)
+                        for b in args.batch]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     print(json.dumps({"linear_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["vs_bf16"], 3) for k, v in r["recipes"].items()}
                                          for r in out["linear"]},
-                      "model_vs_bf16": {f"batch {m['batch']}": {k: round(v.get("vs_bf16", 1.0), 3)
+                      "model_vs_bf16": {f"batch {m['batch']}{' graph' if m['graph'] else ''}": {k: round(v.get("vs_bf16", 1.0), 3)
                                                                 for k, v in m["recipes"].items()}
                                         for m in out.get("model", [])}}))
 

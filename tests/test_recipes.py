@@ -245,3 +245,34 @@ def test_fake_quantize_function_matches_reference():
     got = fake_quantize(x, "e2m1-ref", "dy", "wgrad", axis=0, seed=9)
     want, _ = fake_quantize_reference(x.numpy(), fp4lab.get_format("e2m1-b16-fp32"), "sr", 9, 0, 16, 0, 16, "bf16")
     assert np.array_equal(got.float().numpy().view(np.uint32), want.view(np.uint32))
+
+
+def test_device_streams_give_the_bits_of_host_seeds(monkeypatch):
+    """DeviceStreams (seeds read by the kernels from device memory, for CUDA graphs) reproduce eager training with
+    host-side seeds bit for bit over several steps, through the fused Triton kernels (interpreter)."""
+    import fp4lab.recipes.operands as operands
+    from fp4lab.recipes import DeviceStreams
+
+    monkeypatch.setattr(operands, "TRITON_ON_CPU", True)
+
+    def run(device_seeds):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False), torch.nn.Linear(32, 32, bias=False))
+        model.to(torch.bfloat16)
+        quantize_model(model, "e2m1-ref")
+        ds = DeviceStreams(model) if device_seeds else None
+        x = torch.randn(32, 64, dtype=torch.bfloat16)
+        grads = []
+        for _ in range(2):
+            if ds is not None:
+                ds.advance()
+            model.zero_grad(set_to_none=True)
+            model(x).float().square().sum().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        return grads, [m.step for m in model.modules() if isinstance(m, QuantLinear)]
+
+    (g_host, s_host), (g_dev, s_dev) = run(False), run(True)
+    assert s_host == s_dev == [2, 2]
+    for a, b in zip(g_host, g_dev):
+        assert all(torch.equal(p, q) for p, q in zip(a, b))
+    assert not all(torch.equal(p, q) for p, q in zip(g_host[0], g_host[1]))  # the steps drew different bits

@@ -124,7 +124,7 @@ def _fake_quant_kernel(
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     IN_KIND: tl.constexpr, WORDS: tl.constexpr, ALONG_K: tl.constexpr, ALONG_M: tl.constexpr,
     RHT_K: tl.constexpr, RHT_M: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr,
-    INTERP: tl.constexpr,
+    INTERP: tl.constexpr, SEED_PTR: tl.constexpr,
     GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
     N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
     N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
@@ -138,7 +138,11 @@ def _fake_quant_kernel(
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
     ``outk`` and/or along M into ``outm``. Two-level formats: ``amax_ptr`` holds the tensor amax of the K- and
-    M-rotated tensors, program (0, 0) stores their tensor scales at ``ts_ptr``."""
+    M-rotated tensors, program (0, 0) stores their tensor scales at ``ts_ptr``. SEED_PTR: ``seed_k``/``seed_m``
+    point at int64 seeds in device memory (CUDA-graph replays read the current step's seeds there)."""
+    if SEED_PTR:
+        seed_k = tl.load(seed_k)
+        seed_m = tl.load(seed_m)
     C2: tl.constexpr = BK // 2
     pid_k = tl.program_id(1)
     first = (tl.program_id(0) == 0) & (pid_k == 0)

@@ -20,11 +20,12 @@ from fp4lab.formats.quant_format import QuantFormat
 @dataclass(frozen=True)
 class Blocking:
     """One fake-quantized copy of a 2-D tensor: the RHT along the blocked axis first (``rht`` = size or None,
-    signs from ``rht_seed``), stochastic rounding from ``seed`` (unused by deterministic roundings)."""
+    signs from ``rht_seed``), stochastic rounding from ``seed`` (unused by deterministic roundings): an int, or a
+    1-element int64 device tensor holding it, read by the kernel when it runs (CUDA-graph capture)."""
 
     rht: int | None = None
     rht_seed: int = 0
-    seed: int = 0
+    seed: Any = 0
 
 
 @dataclass
@@ -46,6 +47,7 @@ class _Plan:
     words: bool = False  # the kernel reads bf16 pairs as int32 words
     scratch: Any = None
     dummy_out: Any = None
+    zero_seed: Any = None  # int64 placeholder seed tensor (seeds read from device memory)
 
 
 _PLANS: dict[tuple, _Plan] = {}
@@ -74,7 +76,7 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_m: bool, K: int, M
 
 
 def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
-           sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None) -> None:
+           sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None, seed_ptr: bool) -> None:
     """Fill ``plan`` for the fused kernel: tile, constexprs, tables, RHT signs, amax pass."""
     import torch
 
@@ -121,6 +123,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     consts = dict(
         BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, WORDS=words, ALONG_K=along_k is not None,
         ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
+        SEED_PTR=seed_ptr,
         GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step,
         N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl, N_TG=int(sp.targets.size), N_STAB=n_stab,
         L_STAB=l_stab, N_SCPOS=int(sp.scpos.size), PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow,
@@ -175,15 +178,16 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
 
     if not x.is_contiguous():
         x = x.contiguous()
+    seed_ptr = any(b is not None and not isinstance(b.seed, int) for b in (along_k, along_m))
     key = (id(fmt), rounding, x.shape, x.dtype, x.device, None if along_k is None else (along_k.rht,
            along_k.rht_seed), None if along_m is None else (along_m.rht, along_m.rht_seed), sr_bits, out_dtype,
-           apply_tensor_scale, tile)
+           apply_tensor_scale, tile, seed_ptr)
     plan = _PLANS.get(key)
     if plan is None or plan.fmt is not fmt:
         if len(_PLANS) > 512:
             _PLANS.clear()
         plan = _PLANS[key] = _make_plan(x, fmt, rounding, along_k, along_m, sr_bits, out_dtype, apply_tensor_scale,
-                                        tile)
+                                        tile, seed_ptr)
     if plan.kind == "split":
         yk, _, tsk, _ = fake_quantize_triton(x, fmt, rounding, along_k=along_k, sr_bits=sr_bits, out_dtype=out_dtype,
                                              apply_tensor_scale=apply_tensor_scale)
@@ -210,15 +214,26 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     if along_m is not None:
         ym = torch.empty((M, K), dtype=plan.out_dtype, device=dev)
         vm = ym.view(plan.view_dtype)
-    plan.launch(xk, vk, vm, amax, ts, int(along_k.seed) if along_k is not None else 0,
-                int(along_m.seed) if along_m is not None else 0)
+    if seed_ptr:
+        plan.launch(xk, vk, vm, amax, ts, _seed_tensor(along_k, plan), _seed_tensor(along_m, plan))
+    else:
+        plan.launch(xk, vk, vm, amax, ts, int(along_k.seed) if along_k is not None else 0,
+                    int(along_m.seed) if along_m is not None else 0)
     ts_k = ts[0:1] if plan.two_level and along_k is not None else None
     ts_m = ts[1:2] if plan.two_level and along_m is not None else None
     return yk, ym, ts_k, ts_m
 
 
+def _seed_tensor(spec: Blocking | None, plan: "_Plan") -> Any:
+    """The int64 device tensor the kernel reads a seed from (a zero placeholder for an unused blocking)."""
+    if spec is None or isinstance(spec.seed, int):
+        return plan.zero_seed
+    return spec.seed
+
+
 def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking | None, along_m: Blocking | None,
-               sr_bits: int, out_dtype: Any, apply_ts: bool, tile: tuple[int, ...] | None) -> "_Plan":
+               sr_bits: int, out_dtype: Any, apply_ts: bool, tile: tuple[int, ...] | None,
+               seed_ptr: bool = False) -> "_Plan":
     """Check the arguments and derive everything a launch needs (see ``fake_quantize_triton``)."""
     import torch
 
@@ -242,7 +257,16 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
     M, K = x.shape
     _check_extents(fmt, M, K, along_k, along_m)
     tr, tc = block_extents(fmt)
+    for spec in (along_k, along_m):
+        if spec is not None and not isinstance(spec.seed, int):
+            t = spec.seed
+            if not (hasattr(t, "dtype") and t.dtype == torch.int64 and t.numel() == 1 and t.device == x.device):
+                raise InputError("fake_quantize: a seed must be an int or a 1-element int64 tensor on the input's "
+                                 "device")
     plan = _Plan(fmt=fmt, mode=mode, out_dtype=out_dtype)
+    if seed_ptr and (tc < 2 or (tr > 1 and along_m is not None) or K % 2):
+        raise InputError(f"fake_quantize: format '{fmt.name}' with these blockings takes the quantize + dequantize "
+                         "path, which needs integer seeds")
     if tc < 2 or (tr > 1 and along_m is not None) or K % 2:
         plan.kind = "fallback"
     elif along_k is not None and along_m is not None and along_k.rht and along_m.rht and tile is None:
@@ -250,7 +274,8 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
         # two passes are faster (H200, ufp4 RHT-16 on a 16384 x 4096 bf16 tensor: 142 + 160 us against 462 us)
         plan.kind = "split"
     else:
-        _fused(plan, x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32, apply_ts, tile)
+        _fused(plan, x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32, apply_ts, tile, seed_ptr)
+        plan.zero_seed = torch.zeros(1, dtype=torch.int64, device=x.device)
         interp = interpreting()
         plan.words = x.dtype == torch.bfloat16
         plan.view_dtype = torch.float32 if out_dtype == torch.float32 else (torch.int32 if interp else torch.int16)

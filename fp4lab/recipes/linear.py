@@ -38,6 +38,7 @@ class _LayerState:
         self.recipe = recipe
         self.stream = stream
         self.step = 0
+        self.seed_slots: list[Any] | None = None  # per use, 1-element int64 device tensors (DeviceStreams)
         self.rht_seed = streams.rht_seed_for(stream, recipe.rht_seed, recipe.rht_signs)
         self.formats = {op: (None if recipe.format_of(op) is None else get_format(recipe.format_of(op)))
                         for op in ("x", "w", "dy")}
@@ -50,7 +51,13 @@ class _LayerState:
 
     def blocking(self, operand: Operand, gemm: Gemm) -> Blocking:
         r = self.recipe
-        seed = streams.sr_seed(self.stream, self.step, f"{operand}.{gemm}") if operand in r.sr else 0
+        seed: Any = 0
+        if operand in r.sr:
+            use = f"{operand}.{gemm}"
+            if self.seed_slots is not None:
+                seed = self.seed_slots[streams.USES.index(use)]
+            else:
+                seed = streams.sr_seed(self.stream, self.step, use)
         return Blocking(r.rht_size if gemm in r.rht else None, self.rht_seed, seed)
 
     def fold(self, operand: Operand) -> bool:
@@ -183,12 +190,49 @@ class QuantLinear(torch.nn.Linear):
         if self.recipe.format is not None and needs_w:
             _check_tokens(self._state, x2.shape[0], self.layer_name or type(self).__name__)
         y = _QuantLinearFunction.apply(x2, self.weight, self.bias, self._state, needs_w)
-        if self.training and torch.is_grad_enabled():
-            self._state.step += 1
+        if self.training and torch.is_grad_enabled() and self._state.seed_slots is None:
+            self._state.step += 1  # (with DeviceStreams, DeviceStreams.advance counts the steps)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}"
+
+
+class DeviceStreams:
+    """The stochastic-rounding seeds of every ``QuantLinear`` of a model kept in one int64 device buffer, which
+    the kernels read when they run, so a training step can be captured in a CUDA graph and replayed: call
+    ``advance()`` before each step (eager or replay). It writes each layer's seeds for its current step (the same
+    keys as ``streams.sr_seed``, so the bits equal those of eager training) with one copy, then counts the step.
+
+        ds = DeviceStreams(model)
+        ds.advance(); train_step()                      # warm-up steps, eager
+        with torch.cuda.graph(g): train_step()          # capture (after ds.advance())
+        for ...: ds.advance(); g.replay()
+    """
+
+    def __init__(self, model: torch.nn.Module, device: Any = None) -> None:
+        self.layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+        dev = device if device is not None else next(model.parameters()).device
+        # one 16-byte-aligned slot per (layer, use): the kernels' pointer arguments keep one alignment class
+        self.buffer = torch.zeros((max(len(self.layers), 1), len(streams.USES), 2), dtype=torch.int64, device=dev)
+        self._uses = [[(j, u) for j, u in enumerate(streams.USES) if u.split(".")[0] in m.recipe.sr]
+                      for m in self.layers]
+        for i, m in enumerate(self.layers):
+            m._state.seed_slots = [self.buffer[i, j, 0:1] for j in range(len(streams.USES))]
+
+    def advance(self) -> None:
+        host = torch.zeros(tuple(self.buffer.shape), dtype=torch.int64)
+        for i, (m, uses) in enumerate(zip(self.layers, self._uses)):
+            st = m._state
+            for j, use in uses:
+                host[i, j, 0] = streams.sr_seed(st.stream, st.step, use)
+            st.step += 1
+        self.buffer.copy_(host)
+
+    def detach(self) -> None:
+        """Back to host-side seeds (each layer keeps its step count)."""
+        for m in self.layers:
+            m._state.seed_slots = None
 
 
 def _block_along(fmt: Any, axis: str) -> int:

@@ -54,8 +54,9 @@ def fake_quant_operands(t: torch.Tensor, fmt: QuantFormat | None, rounding: str 
             out.append(None)
             scales.append(None)
             continue
+        seed = spec.seed if isinstance(spec.seed, int) else int(spec.seed.item())  # DeviceStreams slot
         with np.errstate(all="ignore"):
-            v, ts = fake_quantize_emulated(x, fmt, rounding, spec.seed, axis, spec.rht, spec.rht_seed, sr_bits,
+            v, ts = fake_quantize_emulated(x, fmt, rounding, seed, axis, spec.rht, spec.rht_seed, sr_bits,
                                            gemm_dtype, apply_tensor_scale=not fold_tensor_scale)
         out.append(torch.from_numpy(v).to(dt))
         scales.append(torch.tensor([ts], dtype=torch.float32) if (fold_tensor_scale and ts is not None) else None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 
 _M64 = (1 << 64) - 1
-_USES = ("x.fprop", "x.wgrad", "w.fprop", "w.dgrad", "dy.dgrad", "dy.wgrad")
+USES = ("x.fprop", "x.wgrad", "w.fprop", "w.dgrad", "dy.dgrad", "dy.wgrad")
 
 
 def mix(v: int) -> int:
@@ -41,7 +41,7 @@ def stream_of_seed(seed: int) -> int:
 
 def sr_seed(stream: int, step: int, use: str) -> int:
     """Philox seed (in [2^62, 2^63)) of the stochastic rounding of operand use ``use`` at ``step``."""
-    u = _USES.index(use)
+    u = USES.index(use)
     return (1 << 62) | (mix(stream ^ mix((int(step) & _M64) ^ mix(u))) & ((1 << 62) - 1))
 
 
