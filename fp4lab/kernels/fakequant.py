@@ -76,6 +76,29 @@ def _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND: tl.co
 
 
 @triton.jit
+def _load_quarters(x_ptr, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND: tl.constexpr,
+                   WORDS: tl.constexpr):
+    """This program's [BM, 2 * C2] tile of a row-major [M, K] input as four [BM/2, C2] quarters x[even rows, even
+    cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd cols], with their row indices, pair
+    indices, even columns, even-element offsets and masks."""
+    H: tl.constexpr = BM // 2
+    kw = tl.program_id(1) * C2 + tl.arange(0, C2)
+    ce = 2 * kw
+    rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
+    rows_o = rows_e + 1
+    cm = (ce < K)[None, :]
+    cmo = (ce + 1 < K)[None, :]
+    wm = (kw < K2)[None, :]
+    me_e = (rows_e < M)[:, None]
+    me_o = (rows_o < M)[:, None]
+    ae_e = rows_e[:, None] * K + ce[None, :]
+    ae_o = rows_o[:, None] * K + ce[None, :]
+    xee, xeo = _load_halves(x_ptr, rows_e, kw, ae_e, ae_e + 1, me_e & cm, me_e & cmo, me_e & wm, K2, IN_KIND, WORDS)
+    xoe, xoo = _load_halves(x_ptr, rows_o, kw, ae_o, ae_o + 1, me_o & cm, me_o & cmo, me_o & wm, K2, IN_KIND, WORDS)
+    return rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo
+
+
+@triton.jit
 def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g,
              thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
              inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
@@ -172,22 +195,8 @@ def _fake_quant_kernel(
                  QDIV_K, LEAN_OK)
     else:
         H: tl.constexpr = BM // 2
-        kw = pid_k * C2 + tl.arange(0, C2)
-        ce = 2 * kw
-        rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
-        rows_o = rows_e + 1
-        cm = (ce < K)[None, :]
-        cmo = (ce + 1 < K)[None, :]
-        wm = (kw < K2)[None, :]
-        me_e = (rows_e < M)[:, None]
-        me_o = (rows_o < M)[:, None]
-        ae_e = rows_e[:, None] * K + ce[None, :]
-        ae_o = rows_o[:, None] * K + ce[None, :]
-        # quarters: x[even rows, even cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd cols]
-        xee, xeo = _load_halves(x_ptr, rows_e, kw, ae_e, ae_e + 1, me_e & cm, me_e & cmo, me_e & wm, K2, IN_KIND,
-                                WORDS)
-        xoe, xoo = _load_halves(x_ptr, rows_o, kw, ae_o, ae_o + 1, me_o & cm, me_o & cmo, me_o & wm, K2, IN_KIND,
-                                WORDS)
+        rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
+            x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
         if ALONG_K:
             for r in tl.static_range(2):
                 if r == 0:
@@ -254,19 +263,8 @@ def _amax2_kernel(x_ptr, part_ptr, signs_k_ptr, signs_m_ptr, rscale_k, rscale_m,
     H: tl.constexpr = BM // 2
     pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
     nprog = tl.num_programs(0) * tl.num_programs(1)
-    kw = tl.program_id(1) * C2 + tl.arange(0, C2)
-    ce = 2 * kw
-    rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
-    rows_o = rows_e + 1
-    cm = (ce < K)[None, :]
-    cmo = (ce + 1 < K)[None, :]
-    wm = (kw < K2)[None, :]
-    me_e = (rows_e < M)[:, None]
-    me_o = (rows_o < M)[:, None]
-    ae_e = rows_e[:, None] * K + ce[None, :]
-    ae_o = rows_o[:, None] * K + ce[None, :]
-    xee, xeo = _load_halves(x_ptr, rows_e, kw, ae_e, ae_e + 1, me_e & cm, me_e & cmo, me_e & wm, K2, IN_KIND, WORDS)
-    xoe, xoo = _load_halves(x_ptr, rows_o, kw, ae_o, ae_o + 1, me_o & cm, me_o & cmo, me_o & wm, K2, IN_KIND, WORDS)
+    rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
+        x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
     amax_k = 0.0
     amax_m = 0.0
     if ALONG_K:
