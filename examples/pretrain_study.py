@@ -105,6 +105,34 @@ def train(recipe: str, seed: int, steps: int, lang: MarkovLanguage, batch: int, 
     return {"eval_loss": eval_loss, "seconds": time.perf_counter() - t0}
 
 
+def paired_statistics(results: dict[str, list[dict[str, float]]], a: str = "ufp4", b: str = "e2m1-ref") -> list[str]:
+    """Markdown lines: per-seed BF16-relative loss errors (%) of every recipe with mean +- standard error over
+    seeds (sample standard deviation / sqrt(n)), and the per-seed paired difference ``a - b`` in percentage points
+    (mean +- standard error, number of seeds where ``a`` is lower). Empty without a bf16 run."""
+    def mean_se(v: list[float]) -> tuple[float, float]:
+        m = sum(v) / len(v)
+        se = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1) / len(v)) if len(v) > 1 else float("nan")
+        return m, se
+
+    base = [res["eval_loss"] for res in results.get("bf16", [])]
+    if not base:
+        return []
+    rel = {r: [100 * (res["eval_loss"] - lb) / lb for res, lb in zip(runs, base)]
+           for r, runs in results.items() if r != "bf16"}
+    lines = ["", "Per-seed BF16-relative loss errors (%), mean ± standard error over seeds:", "",
+             "| recipe | per seed | mean ± standard error |", "|---|---|---|"]
+    for r, v in rel.items():
+        m, se = mean_se(v)
+        lines.append(f"| {r} | {', '.join(f'{x:.3f}' for x in v)} | {m:+.3f} ± {se:.3f} |")
+    if a in rel and b in rel:
+        d = [x - y for x, y in zip(rel[a], rel[b])]
+        m, se = mean_se(d)
+        lines += ["", f"Paired by seed, {a} minus {b}: {', '.join(f'{x:+.3f}' for x in d)} percentage points; "
+                  f"mean {m:+.3f} ± {se:.3f} ({m / se if se else float('nan'):+.1f} standard errors); {a} lower in "
+                  f"{sum(x < 0 for x in d)} of {len(d)} seeds."]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -147,6 +175,7 @@ def main() -> None:
         rel = "-" if not base or r == "bf16" else \
             f"{100 * sum((lq - lb) / lb for lq, lb in zip(losses, base)) / len(losses):+.3f}%"
         lines.append(f"| {r} | {mean:.5f} | {rel} | {', '.join(f'{v:.5f}' for v in losses)} |")
+    lines += paired_statistics(results)
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
