@@ -6,7 +6,7 @@ emulation (``list_hw``, ``get_hw``, ``emulate_mma``, ``emulate_gemm``).
 """
 
 from fp4lab.api import dequantize, gemm, quantize, rht
-from fp4lab.errors import Fp4labError, InputError, SpecError, UnknownFormatError
+from fp4lab.errors import Fp4labError, InputError, OutputError, SpecError, UnknownFormatError
 from fp4lab.formats import QuantFormat, get_format, list_formats, load_format, register
 from fp4lab.hwspec import emulate_gemm, emulate_mma, get_hw, list_hw
 from fp4lab.quantized import QuantizedTensor
@@ -14,7 +14,7 @@ from fp4lab.quantized import QuantizedTensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "Fp4labError", "InputError", "QuantFormat", "QuantizedTensor", "SpecError", "UnknownFormatError",
+    "Fp4labError", "InputError", "OutputError", "QuantFormat", "QuantizedTensor", "SpecError", "UnknownFormatError",
     "dequantize", "get_format", "list_formats", "load_format", "quantize", "register", "rht",
     "emulate_gemm", "emulate_mma", "gemm", "get_hw", "list_hw",
 ]

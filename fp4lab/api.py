@@ -32,7 +32,12 @@ def _to_float32_numpy(x: Any, what: str) -> np.ndarray:
         if not torch.is_floating_point(x):
             raise InputError(f"{what}: input tensor has dtype {x.dtype}; expected a floating-point tensor")
         return x.detach().to(torch.float32).contiguous().numpy()
-    arr = np.asarray(x)
+    if isinstance(x, (str, bytes, dict, set)) or x is None:
+        raise InputError(f"{what}: input must be a numpy array or torch tensor, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+        raise InputError(f"{what}: input is not an array ({' '.join(str(exc).split())[:200]})") from None
     if arr.ndim == 0:
         raise InputError(f"{what}: input is a 0-d scalar; give an array with at least one axis")
     if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
@@ -54,6 +59,36 @@ def _torch_fields(qt: QuantizedTensor) -> QuantizedTensor:
                                meta={**qt.meta, "torch": True})
 
 
+def _check_int(v: Any, what: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise InputError(f"{what} must be an int, got {type(v).__name__} {v!r}"[:200])
+    return int(v)
+
+
+def _check_quantize_args(rounding: Any, seed: Any, axis: Any, rht: Any, rht_seed: Any, sr_bits: Any) -> None:
+    """One-line ``InputError``s for arguments of the wrong type or value, before any backend sees them."""
+    from fp4lab.emulator.philox import check_sr_bits
+    from fp4lab.emulator.quantize import split_seed_checked
+    from fp4lab.emulator.rht import RHT_SIZES
+    from fp4lab.formats.grids import ROUNDING_MODES
+
+    if rounding is not None and not isinstance(rounding, str):
+        raise InputError(f"quantize: rounding must be None or one of {', '.join(ROUNDING_MODES)}, got "
+                         f"{type(rounding).__name__}")
+    if rounding is not None and rounding not in ROUNDING_MODES:
+        raise InputError(f"quantize: rounding '{rounding[:40]}' is unknown; use one of {', '.join(ROUNDING_MODES)}")
+    split_seed_checked(seed, "quantize: seed")
+    _check_int(axis, "quantize: axis")
+    if rht is not None and (isinstance(rht, (bool, np.bool_)) or not isinstance(rht, (int, np.integer))
+                            or int(rht) not in RHT_SIZES):
+        raise InputError(f"quantize: rht must be None or one of {', '.join(map(str, RHT_SIZES))}, got {rht!r}"[:200])
+    split_seed_checked(rht_seed, "quantize: rht_seed")
+    try:
+        check_sr_bits(sr_bits)
+    except InputError as exc:
+        raise InputError(f"quantize: {exc}"[:200]) from None
+
+
 def quantize(
     x: Any,
     fmt: FormatLike,
@@ -72,6 +107,7 @@ def quantize(
     ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
     """
     fmt = get_format(fmt)
+    _check_quantize_args(rounding, seed, axis, rht, rht_seed, sr_bits)
     if _is_torch(x) and x.is_cuda:
         from fp4lab.kernels.api import quantize_cuda
 
@@ -91,26 +127,50 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
     The RHT applied at quantization is undone unless ``rotated=True`` (then values stay in the rotated basis,
     as a GEMM on rotated operands sees them).
     """
+    import dataclasses
+
+    from fp4lab.emulator.quantize import check_quantized, dequantize_emulated, tensor_scale_value
+
+    check_quantized(qt)  # the same checks on every backend
+    if not isinstance(rotated, (bool, np.bool_)):
+        raise InputError(f"dequantize: rotated must be True or False, got {type(rotated).__name__}")
     if _is_torch(qt.codes) and qt.codes.is_cuda:
-        from fp4lab.kernels.api import dequantize_cuda
-
-        return dequantize_cuda(qt, rotated=rotated)
-    from fp4lab.emulator.quantize import dequantize_emulated
-
-    if qt.meta.get("torch"):
-        import dataclasses
-
         import torch
 
-        np_qt = dataclasses.replace(
-            qt, codes=qt.codes.numpy(), scales=qt.scales.numpy(),
-            scale_codes=qt.scale_codes.numpy().view(np.uint32) if qt.scale_codes.dtype == torch.int32 else qt.scale_codes.numpy())
-        return torch.from_numpy(dequantize_emulated(np_qt, rotated=rotated))
-    return dequantize_emulated(qt, rotated=rotated)
+        from fp4lab.kernels.api import dequantize_cuda
+
+        if qt.tensor_scale is not None and not isinstance(qt.tensor_scale, torch.Tensor):  # the kernel reads a tensor
+            ts = torch.tensor(float(tensor_scale_value(qt.tensor_scale)), dtype=torch.float32, device=qt.codes.device)
+            qt = dataclasses.replace(qt, tensor_scale=ts)
+        return dequantize_cuda(qt, rotated=bool(rotated))
+
+    def host(a: Any) -> Any:
+        if not _is_torch(a):
+            return a
+        h = a.detach().cpu().numpy()
+        return h.view(np.uint32) if h.dtype == np.int32 else h.view(np.uint16) if h.dtype == np.int16 else h
+
+    np_qt = dataclasses.replace(qt, codes=host(qt.codes), scales=host(qt.scales), scale_codes=host(qt.scale_codes),
+                                tensor_scale=host(qt.tensor_scale))
+    out = dequantize_emulated(np_qt, rotated=bool(rotated), check=False)  # checked above
+    if qt.meta.get("torch") or _is_torch(qt.codes):
+        import torch
+
+        return torch.from_numpy(out)
+    return out
 
 
 def rht(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> Any:
     """Random Hadamard transform of ``x`` in consecutive ``size``-element chunks along ``axis`` (float32)."""
+    from fp4lab.emulator.quantize import split_seed_checked
+    from fp4lab.emulator.rht import RHT_SIZES
+
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or int(size) not in RHT_SIZES:
+        raise InputError(f"rht: size must be one of {', '.join(map(str, RHT_SIZES))}, got {size!r}"[:200])
+    split_seed_checked(seed, "rht: seed")
+    _check_int(axis, "rht: axis")
+    if not isinstance(inverse, (bool, np.bool_)):
+        raise InputError(f"rht: inverse must be True or False, got {type(inverse).__name__}")
     if _is_torch(x) and x.is_cuda:
         from fp4lab.kernels.api import rht_cuda
 

@@ -22,7 +22,14 @@ PLUGIN_MODULES = ("fp4lab.analysis.cli", "fp4lab.hwspec.cli", "fp4lab.kernels.cl
 def _console() -> Any:
     from rich.console import Console
 
-    return Console()
+    return Console(highlight=False)  # rich's highlighter is quadratic in the length of a word
+
+
+def _escape(text: Any) -> str:
+    """``text`` with rich markup escaped: names and descriptions are printed as written, never as markup."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def _print_json(obj: Any) -> None:
@@ -62,8 +69,9 @@ def cmd_formats(args: argparse.Namespace) -> int:
     for col in ("name", "element", "max", "block", "scale", "rule", "tensor scale", "bits/elem"):
         table.add_column(col, no_wrap=True)
     for r in rows:
-        table.add_row(r["name"], r["element"], f"{r['element_max']:g}", r["block"] or "-", r["scale"] or "-",
-                      r["scale_rule"], r["tensor_scale"], f"{r['bits_per_element']:.4g}")
+        table.add_row(*(_escape(v) for v in (r["name"], r["element"], f"{r['element_max']:g}", r["block"] or "-",
+                                             r["scale"] or "-", r["scale_rule"], r["tensor_scale"],
+                                             f"{r['bits_per_element']:.4g}")))
     _console().print(table)
     return 0
 
@@ -98,12 +106,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         _print_json(rep)
         return 0
     from rich.table import Table
+    from rich.text import Text
 
     con = _console()
-    con.print(f"[bold]{rep['name']}[/bold]: {rep['description']}")
-    con.print(f"block {rep['block'] or '-'}, scale {rep['scale'] or '-'} by rule '{rep['scale_rule']}', "
-              f"tensor scale {rep['tensor_scale']}, rounding {rep['rounding']}, {rep['bits_per_element']:.4g} bits/element")
-    table = Table(header_style="bold", title=f"element grid '{rep['element']}'")
+    # Text objects, no markup and no wrapping: linear in the lengths of the name and description
+    con.print(Text.assemble((rep["name"], "bold"), ": ", rep["description"]), soft_wrap=True)
+    con.print(Text(f"block {rep['block'] or '-'}, scale {rep['scale'] or '-'} by rule '{rep['scale_rule']}', "
+                   f"tensor scale {rep['tensor_scale']}, rounding {rep['rounding']}, "
+                   f"{rep['bits_per_element']:.4g} bits/element"), soft_wrap=True)
+    table = Table(header_style="bold", title=Text(f"element grid '{rep['element']}'"))
     for col in ("level", "code", "RTNE bin (lower edge)", "shrinkage bias (l-r)/2"):
         table.add_column(col, justify="right")
     edges = [None] + rep["bin_edges_rtne"]
@@ -111,23 +122,42 @@ def cmd_show(args: argparse.Namespace) -> int:
         table.add_row(f"{lv:g}", f"0x{code:X}", "-" if edge is None else f"{edge:.9g}",
                       "-" if bias is None else f"{bias:+.6g}")
     con.print(table)
-    con.print(f"scale rule: {rep['scale_rule_spec']}")
+    con.print(Text(f"scale rule: {rep['scale_rule_spec']}"), soft_wrap=True)
     return 0
 
 
-def cmd_spec_validate(args: argparse.Namespace) -> int:
+def _validate_one(path: str, kind: str) -> str:
+    """The ``ok:`` line of one spec file; raises ``SpecError`` (one line) if it must be refused."""
+    if kind == "hwspec":
+        from fp4lab.hwspec import load_hw
+
+        spec = load_hw(path)
+        return f"ok: {path}: hwspec '{spec.name}' ({len(spec.kinds)} kinds)"
     from fp4lab.formats import load_format
+    from fp4lab.formats.spec_io import smoke_check
+
+    fmt = load_format(path)
+    smoke_check(fmt, path)
+    return (f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
+            f"{fmt.bits_per_element:.4g} bits/element)")
+
+
+def cmd_spec_validate(args: argparse.Namespace) -> int:
+    from fp4lab.formats.spec_io import one_line
 
     failed = 0
-    for path in args.files:
+    for path in args.files:  # every file is checked, whatever the earlier ones held
         try:
-            fmt = load_format(path)
+            line = _validate_one(path, args.kind)
         except Fp4labError as exc:
             failed += 1
             print(f"error: {exc}", file=sys.stderr)
             continue
-        print(f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
-              f"{fmt.bits_per_element:.4g} bits/element)")
+        except Exception as exc:  # noqa: BLE001 - a bug, reported on one line; the other files still get checked
+            failed += 1
+            print(f"error: {path}: unexpected {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+            continue
+        print(line)
     return 1 if failed else 0
 
 
@@ -160,8 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("spec", help="spec-file tools")
     spec_sub = p.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
-    v = spec_sub.add_parser("validate", help="validate format spec files (TOML or JSON)")
+    v = spec_sub.add_parser("validate", help="validate format spec files (TOML or JSON); checks every file")
     v.add_argument("files", nargs="+")
+    v.add_argument("--kind", choices=("format", "hwspec"), default="format",
+                   help="what the files are: format specs (default) or hwspec files")
     v.set_defaults(func=cmd_spec_validate)
 
     p = sub.add_parser("schema", help="JSON schema of spec files (for editors)")
@@ -176,11 +208,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # stdout closed early (e.g. piped into head): nothing left to say
+        return 1
     except (Fp4labError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from fp4lab.formats.spec_io import one_line
+
+        name = getattr(exc, "filename", None)  # an OSError from deep inside: say which file
+        text = f"{exc.strerror}: {name}" if isinstance(exc, OSError) and name and exc.strerror else str(exc)
+        print(f"error: {one_line(text, 2000)}", file=sys.stderr)
+        return 2
+    except (RecursionError, MemoryError) as exc:
+        print(f"error: {type(exc).__name__}: the input is too deeply nested or too large", file=sys.stderr)
         return 2
 
 

@@ -24,3 +24,8 @@ class InputError(Fp4labError, ValueError):
 
 class UnknownRecipeError(Fp4labError, LookupError, ValueError):
     """A recipe name is neither built in nor a readable recipe file."""
+
+
+class OutputError(Fp4labError, ValueError):
+    """An output path cannot be written as asked: it exists (and overwriting was not requested), is of the wrong
+    kind (a folder where a file is expected, or the reverse), or its folder is missing."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -42,7 +41,8 @@ def _progress(total: int, enabled: bool, description: str):  # type: ignore[no-u
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     prog = Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[label]}"), console=Console(stderr=True), transient=True)
+                    TextColumn("{task.fields[label]}", markup=False), console=Console(stderr=True),
+                    transient=True)
     task = prog.add_task(description, total=total, label="")
     return prog, (lambda label: prog.update(task, advance=1, label=label))
 
@@ -61,6 +61,10 @@ def compare_main(args: argparse.Namespace) -> int:
     if args.shape is not None:
         cfg.shape = args.shape
     cfg.seed, cfg.rht_seed, cfg.rounding = args.seed, args.rht_seed, args.rounding
+    if args.plot is not None:  # checked before the run, not after it
+        from fp4lab.analysis.outputs import check_output_file
+
+        check_output_file(args.plot, ".png", args.overwrite, "compare --plot")
     ctx, advance = _progress(n_cases(cfg), not args.json and sys.stderr.isatty(), "compare")
     with ctx:
         result = run_compare(cfg, progress=advance)
@@ -78,12 +82,14 @@ def compare_main(args: argparse.Namespace) -> int:
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
     from rich.console import Console
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    console = Console(highlight=False)
     for label in result["config"]["inputs"]:
         shape = "x".join(map(str, result["config"]["input_shapes"][label]))
-        table = Table(title=f"input: {label}  ({shape})", title_justify="left", box=box.SIMPLE_HEAD,
+        table = Table(title=Text(f"input: {label}  ({shape})"), title_justify="left", box=box.SIMPLE_HEAD,
                       show_edge=False, pad_edge=False)
         width = max(len(n) for n in result["config"]["formats"])
         table.add_column("format", no_wrap=True, min_width=width)
@@ -93,7 +99,7 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
             for rec in (x for x in result["results"] if x["input"] == label and x["format"] == name):
                 d = rec["delta_sqnr_db"]
                 delta = "" if d is None else f"[{'green' if d > 0 else 'red'}]{d:+.2f}[/]"
-                table.add_row(name if rec["rht"] == result["config"]["rht"][0] else "",
+                table.add_row(escape(name) if rec["rht"] == result["config"]["rht"][0] else "",
                               str(rec["rht"] or "-"), _fmt(rec["sqnr_db"], ".2f"), delta,
                               _fmt(rec["bias"], "+.4f"), _fmt(rec["alpha"], ".4f"), _fmt(rec["b_eff"], ".3f"),
                               f"{100 * (rec['clip_rate'] or 0):.2f}", f"{100 * (rec['zero_block_rate'] or 0):.2f}")
@@ -103,7 +109,7 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
                   "0blk%: non-zero blocks flushed to zero. "
                   f"{len(result['results'])} cases in {result['elapsed_s']:.1f} s.")
     if plot:
-        console.print(f"grid plot written to {plot}")
+        console.print(Text(f"grid plot written to {plot}"), soft_wrap=True)
 
 
 def search_main(args: argparse.Namespace) -> int:
@@ -159,28 +165,37 @@ def conformance_main(args: argparse.Namespace) -> int:
     from fp4lab.analysis.conformance import LIVE_CHECKS, write_vectors
     from fp4lab.formats.registry import BUILTIN_NAMES
 
+    from fp4lab.analysis.conformance import _check_out_dir, _resolve_formats
+
     formats = tuple(args.formats) if args.formats else BUILTIN_NAMES
+    out = _check_out_dir(args.out, args.overwrite)  # refuse before any work
+    _resolve_formats(formats)
     ctx, advance = _progress(len(formats) + len(LIVE_CHECKS), not args.json and sys.stderr.isatty(), "conformance")
     with ctx:
-        index = write_vectors(args.out, formats, progress=advance)
-    rows = json.loads((Path(args.out) / "library_agreement.json").read_text())
+        index = write_vectors(out, formats, progress=advance, overwrite=args.overwrite)
+    rows = json.loads((out / "library_agreement.json").read_text())
     if args.json:
-        print(json.dumps({"out": str(args.out), "formats": list(index["formats"]), "agreement": rows}, indent=1))
+        print(json.dumps({"out": str(out.resolve()), "formats": list(index["formats"]),
+                          "files": sorted(v["file"] for v in index["formats"].values()), "agreement": rows},
+                         indent=1))
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    console = Console(highlight=False)
     table = Table(title="library agreement (bit for bit, codes and scale codes)", title_justify="left")
     for col in ("format", "rounding", "library", "status", "cases matching"):
         table.add_column(col)
     for r in rows:
         n = sum(v == "match" for v in r["cases"].values())
-        table.add_row(r["format"], r["rounding"], r["library"], r["status"],
+        table.add_row(escape(r["format"]), r["rounding"], escape(r["library"]), r["status"],
                       f"{n}/{len(r['cases'])}" if r["cases"] else "—")
     console.print(table)
-    console.print(f"golden vectors for {len(index['formats'])} formats x {len(index['roundings'])} roundings x "
-                  f"{len(index['cases'])} cases written to {args.out} (index.json, library_agreement.md)")
+    console.print(Text(f"golden vectors for {len(index['formats'])} formats x {len(index['roundings'])} roundings "
+                       f"x {len(index['cases'])} cases written to {out} (index.json, library_agreement.md)"),
+                  soft_wrap=True)
     return 0
 
 
@@ -206,13 +221,14 @@ def sr_bias_main(args: argparse.Namespace) -> int:
         return 0
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    console = Console(highlight=False)
     cfg = result["config"]
     rht = f", RHT-{cfg['rht']}" if cfg["rht"] else ""
     for label in cfg["dists"]:
-        table = Table(title=f"input: {label} ({cfg['shape'][0]}x{cfg['shape'][1]}), {len(cfg['seeds'])} SR seeds"
+        table = Table(title=f"input: {escape(label)} ({cfg['shape'][0]}x{cfg['shape'][1]}), {len(cfg['seeds'])} SR seeds"
                       f"{rht}; unit: block amax", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                       pad_edge=False, padding=(0, 1, 0, 0))
         table.add_column("format", no_wrap=True)
@@ -220,7 +236,7 @@ def sr_bias_main(args: argparse.Namespace) -> int:
             table.add_column(col, justify="right", no_wrap=True)
         last = None
         for r in (x for x in result["results"] if x["dist"] == label):
-            table.add_row("" if r["format"] == last else r["format"],
+            table.add_row("" if r["format"] == last else escape(r["format"]),
                           "rtne" if r["width"] is None else str(r["width"]), f"{r['signed']:+.2e}",
                           "—" if r["width"] is None else f"{r['signed_se']:.1e}", _fmt(r["expected"], "+.2e"),
                           _fmt(r["expected_uniform"], "+.2e"), f"{r['magnitude']:+.2e}", f"{r['alpha']:.4f}")
@@ -257,7 +273,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
     p.add_argument("--rounding", default=None, help="override every format's rounding (rtne, rtna, rtnz, rtz, sr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
-    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of each grid's levels, bins and bias")
+    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of each grid's levels, bins and bias to exactly "
+                   "this path (must end in .png; an existing file needs --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     p.set_defaults(func=compare_main)
 
     p = subparsers.add_parser(
@@ -279,8 +297,12 @@ def register(subparsers: Any) -> None:
         description="Write <format>.npz golden vectors (inputs, codes, scale codes, tensor scale, dequantized "
         "values; every rounding mode and edge case), index.json, and library_agreement.{json,md} comparing the "
         "built-ins bit for bit with ml_dtypes and torchao where installed. Layout: fp4lab.analysis.conformance.")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
-    p.add_argument("formats", nargs="*", metavar="FORMAT", help="subset of built-in formats (default: all)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing; files are "
+                   "named after the formats and go only there; a folder that is not empty needs --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the conformance files of an earlier run in DIR (others are kept)")
+    p.add_argument("formats", nargs="*", metavar="FORMAT",
+                   help="built-in formats or spec files (default: every built-in)")
     p.add_argument("--json", action="store_true", help="print a JSON summary only")
     p.set_defaults(func=conformance_main)
 

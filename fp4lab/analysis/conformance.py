@@ -22,12 +22,16 @@ are marked ``documented``, not measured.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 import fp4lab
+from fp4lab.errors import OutputError
 from fp4lab.formats.registry import BUILTIN_NAMES
 
 CASE_SHAPE: tuple[int, int] = (16, 64)
@@ -84,8 +88,8 @@ def _bits(a: Any) -> np.ndarray:
     return a.astype(F32).view(np.uint32) if a.dtype.kind == "f" else a
 
 
-def vectors_for(name: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(npz arrays, case descriptions) for one format."""
+def vectors_for(name: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(npz arrays, case descriptions) for one format (name, spec path or QuantFormat)."""
     fmt = fp4lab.get_format(name)
     arrays: dict[str, np.ndarray] = {}
     desc: dict[str, str] = {}
@@ -224,27 +228,98 @@ def agreement_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_vectors(out_dir: str | Path, formats: tuple[str, ...] = BUILTIN_NAMES,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Write the golden vectors, ``index.json`` and the agreement table to ``out_dir``; returns the index."""
+STAGING_PREFIX = ".conformance-"  # staging folders inside the output folder: ``.conformance-XXXX.tmp``
+OWNED = ("index.json", "library_agreement.json", "library_agreement.md")
+
+
+def _resolve_formats(formats: tuple[Any, ...]) -> dict[str, Any]:
+    """``{file stem: QuantFormat}``: output names come from the formats' own ``name`` (a spec path never names a
+    file), checked to be plain file names; two different formats with one name are refused."""
+    out: dict[str, Any] = {}
+    for f in formats:
+        fmt = fp4lab.get_format(f)
+        name = fmt.name
+        if Path(name).name != name or name in (".", "..") or not name[0].isalnum():
+            raise OutputError(f"conformance: format name {name!r} cannot name a file")
+        if name in out and out[name] != fmt:
+            raise OutputError(f"conformance: two different formats are named '{name}'; each writes {name}.npz")
+        out[name] = fmt
+    return out
+
+
+def _check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """``out_dir`` as a Path if conformance may write there, else ``OutputError``."""
+    if not os.fspath(out_dir).strip():
+        raise OutputError("conformance: the output folder is empty; name one with --out DIR")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"conformance: {out} exists and is not a folder")
+    if out.is_dir() and not overwrite:
+        leftovers = [p for p in out.iterdir() if not p.name.startswith(STAGING_PREFIX)]
+        if leftovers:
+            raise OutputError(f"conformance: output folder {out} exists and is not empty; pass --overwrite to "
+                              "replace the conformance files in it (other files are kept)")
+    return out
+
+
+def _commit(stage: Path, out: Path, files: list[str]) -> None:
+    """Move the staged files into ``out``: first the old index goes (a folder without index.json is incomplete),
+    then the outputs an earlier run listed that this run does not write, then the new files, index.json last."""
+    index = out / "index.json"
+    stale = set(OWNED)
+    if index.is_file():
+        try:
+            listed = json.loads(index.read_text(encoding="utf-8")).get("formats", {})
+            stale |= {v["file"] for v in listed.values() if isinstance(v, dict) and isinstance(v.get("file"), str)
+                      and Path(v["file"]).name == v["file"] and v["file"].endswith(".npz")}
+        except (ValueError, OSError, AttributeError):
+            pass
+    index.unlink(missing_ok=True)
+    for name in sorted(stale - set(files)):
+        (out / name).unlink(missing_ok=True)
+    for name in files:
+        if name != "index.json":
+            os.replace(stage / name, out / name)
+    os.replace(stage / "index.json", index)
+
+
+def write_vectors(out_dir: str | Path, formats: tuple[Any, ...] = BUILTIN_NAMES,
+                  progress: Callable[[str], None] | None = None, *, overwrite: bool = False) -> dict[str, Any]:
+    """Write the golden vectors, ``index.json`` and the agreement table to ``out_dir``; returns the index.
+
+    Files go only into ``out_dir``, named after the formats' ``name``s. A folder that exists and holds anything
+    is refused (``OutputError``) unless ``overwrite``. Everything is written into a staging folder inside
+    ``out_dir`` first and moved into place at the end (``index.json`` last), so an interrupted run leaves the old
+    files; stale staging folders of killed runs are removed."""
+    out = _check_out_dir(out_dir, overwrite)
+    fmts = _resolve_formats(tuple(formats))
     out.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {
-        "schema": "fp4lab.conformance/1", "fp4lab_version": fp4lab.__version__, "case_shape": list(CASE_SHAPE),
-        "axis": -1, "roundings": list(ROUNDINGS), "sr_seed": SR_SEED,
-        "conventions": "float32 arrays are stored as their uint32 bit patterns; codes unpacked (one per element); "
-                       "key layout <case>__input and <case>__<rounding>__{codes,scale_codes,tensor_scale,dequantized}",
-        "formats": {}, "cases": {},
-    }
-    for name in formats:
-        arrays, desc = vectors_for(name)
-        np.savez_compressed(out / f"{name}.npz", **arrays)
-        index["formats"][name] = {"file": f"{name}.npz", "spec": fp4lab.get_format(name).model_dump(mode="json")}
-        index["cases"] = desc
-        if progress is not None:
-            progress(name)
-    rows = agreement_table(progress)
-    (out / "index.json").write_text(json.dumps(index, indent=1))
-    (out / "library_agreement.json").write_text(json.dumps(rows, indent=1))
-    (out / "library_agreement.md").write_text(agreement_markdown(rows))
+    for old in out.glob(f"{STAGING_PREFIX}*.tmp"):
+        shutil.rmtree(old, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=out))
+    try:
+        index: dict[str, Any] = {
+            "schema": "fp4lab.conformance/1", "fp4lab_version": fp4lab.__version__, "case_shape": list(CASE_SHAPE),
+            "axis": -1, "roundings": list(ROUNDINGS), "sr_seed": SR_SEED,
+            "conventions": "float32 arrays are stored as their uint32 bit patterns; codes unpacked (one per "
+                           "element); key layout <case>__input and "
+                           "<case>__<rounding>__{codes,scale_codes,tensor_scale,dequantized}",
+            "formats": {}, "cases": {},
+        }
+        files: list[str] = []
+        for name, fmt in fmts.items():
+            arrays, desc = vectors_for(fmt)
+            np.savez_compressed(stage / f"{name}.npz", **arrays)
+            files.append(f"{name}.npz")
+            index["formats"][name] = {"file": f"{name}.npz", "spec": fmt.model_dump(mode="json")}
+            index["cases"] = desc
+            if progress is not None:
+                progress(name)
+        rows = agreement_table(progress)
+        (stage / "library_agreement.json").write_text(json.dumps(rows, indent=1))
+        (stage / "library_agreement.md").write_text(agreement_markdown(rows))
+        (stage / "index.json").write_text(json.dumps(index, indent=1))
+        _commit(stage, out, files + list(OWNED))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return index

@@ -167,23 +167,90 @@ class TensorMetrics:
         return asdict(self)
 
 
+CHUNK = 1 << 20  # elements per step of ``measure``: float64 temporaries stay a few chunks, not a few tensors
+
+
+def _expanded_scales32(qt: QuantizedTensor) -> np.ndarray | None:
+    """float32 block scales repeated to the shape of ``qt.codes`` (None for element-only formats)."""
+    fmt = qt.fmt
+    if fmt.block is None:
+        return None
+    s = np.asarray(_np(qt.scales), dtype=np.float32)
+    if fmt.block.is_2d:
+        r, c = fmt.block.shape
+        return np.repeat(np.repeat(s, r, axis=-2), c, axis=-1)
+    return np.repeat(s, fmt.block.shape[0], axis=qt.axis)
+
+
 def measure(x_basis: Any, qt: QuantizedTensor, xhat: Any | None = None) -> TensorMetrics:
-    """Metrics of ``qt`` against ``x_basis`` (the input in the basis the quantizer saw, i.e. after any RHT)."""
+    """Metrics of ``qt`` against ``x_basis`` (the input in the basis the quantizer saw, i.e. after any RHT).
+
+    Computed in chunks of ``CHUNK`` elements (C order), with the float64 arithmetic of ``nmse``, ``alpha``,
+    ``normalized``, ``mean_signed_error``, ``clip_rate`` and ``b_eff``: identical results for tensors of up to
+    ``CHUNK`` elements; beyond, the float64 sums are summed per chunk (last-bit differences), and the memory peak
+    stays about four times the float32 tensor instead of seventeen."""
+    fmt = qt.fmt
+    x = _np(x_basis)
     y = _np(fp4lab.dequantize(qt, rotated=True)) if xhat is None else _np(xhat)
-    t, q = normalized(x_basis, qt)
-    a, b = _pair(x_basis, y)
-    den = float(np.dot(a, a))
-    err = float(np.dot(b - a, b - a)) / den if den > 0 else float("nan")
-    snr = float("inf") if err == 0 else float(-10.0 * np.log10(err))
-    return TensorMetrics(nmse=err, sqnr_db=snr, alpha=float(np.dot(b, a)) / den if den > 0 else float("nan"),
-                         bias=mean_signed_error(t, q), b_eff=b_eff(qt), clip_rate=clip_rate(t, qt.fmt),
-                         zero_block_rate=zero_block_rate(x_basis, y, qt))
+    if x.shape != y.shape:
+        raise ValueError(f"metrics: shapes differ: reference {x.shape}, quantized {y.shape}")
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    codes = _np(qt.codes).reshape(-1)
+    s32 = _expanded_scales32(qt)
+    sf = None if s32 is None else s32.reshape(-1)
+    ts = None if (s32 is None or qt.tensor_scale is None) else float(qt.tensor_scale)
+    values = fmt.element.values
+    limit = fmt.element.amax * (1.0 + CLIP_RTOL)
+    den = err = cross = bias_sum = 0.0
+    bias_n = clip_n = fin_n = 0
+    per_code = np.zeros(values.size, np.float64)
+    for i in range(0, xf.size, CHUNK):
+        j = min(i + CHUNK, xf.size)
+        x64 = xf[i:j].astype(np.float64)
+        a, b = x64, yf[i:j].astype(np.float64)
+        keep = np.isfinite(a)
+        if not keep.all():
+            a, b = a[keep], b[keep]
+        den += float(np.dot(a, a))
+        d = b - a
+        err += float(np.dot(d, d))
+        cross += float(np.dot(b, a))
+        del a, b, d
+        if sf is None:  # element-only formats: scale 1
+            t = x64
+        else:
+            sc = sf[i:j].astype(np.float64)
+            if ts is not None:
+                sc = sc * ts
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = x64 / sc
+            del sc
+        q = values[codes[i:j].astype(np.intp)]
+        kb = np.isfinite(t) & np.isfinite(q)
+        if kb.any():
+            bias_sum += float(np.sum(np.abs(q[kb]) - np.abs(t[kb])))
+            bias_n += int(kb.sum())
+        kt = np.isfinite(t)
+        clip_n += int(np.sum(np.abs(t[kt]) > limit))
+        fin_n += int(kt.sum())
+        per_code += np.bincount(codes[i:j], minlength=values.size).astype(np.float64)
+    nm = err / den if den > 0 else float("nan")
+    snr = float("inf") if nm == 0 else float(-10.0 * np.log10(nm))
+    mags = np.unique(np.abs(fmt.element.levels))
+    finite = np.isfinite(values)
+    bucket = np.searchsorted(mags, np.abs(np.where(finite, values, 0.0)))
+    counts = np.bincount(bucket[finite], weights=per_code[finite], minlength=mags.size)
+    p = counts / max(counts.sum(), 1.0)
+    beff = float(np.exp(-np.sum(p * np.log(p + EPS))) / mags.size)
+    return TensorMetrics(nmse=nm, sqnr_db=snr, alpha=cross / den if den > 0 else float("nan"),
+                         bias=bias_sum / bias_n if bias_n else float("nan"), b_eff=beff,
+                         clip_rate=clip_n / fin_n if fin_n else 0.0, zero_block_rate=zero_block_rate(x, y, qt))
 
 
 def evaluate(x: Any, fmt: Any, rht: int | None = None, rht_seed: int = 0, rounding: str | None = None,
              seed: int = 0, axis: int = -1) -> tuple[TensorMetrics, QuantizedTensor]:
     """Quantize ``x`` with ``fmt`` (``fp4lab.quantize`` arguments) and measure it in the quantizer's basis."""
-    x = _np(x).astype(np.float32)
+    x = np.asarray(_np(x), dtype=np.float32)  # no copy of a float32 input
     qt = fp4lab.quantize(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed)
     basis = x if rht is None else _np(fp4lab.rht(x, size=rht, seed=rht_seed, axis=qt.axis))
     return measure(basis, qt), qt

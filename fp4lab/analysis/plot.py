@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from fp4lab.analysis.bias import level_bias
+from fp4lab.analysis.outputs import write_atomic
 from fp4lab.formats.registry import get_format
 
 
 def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | None = None) -> Path:
-    """Write the grid plot for ``formats`` (names or QuantFormats) to ``path``; returns the path.
+    """Write the grid plot for ``formats`` (names or QuantFormats) to exactly ``path`` (PNG); returns the path.
 
     ``result``: an optional ``run_compare`` document; its mean ``bias`` per grid and RHT size is shown per panel.
     """
@@ -65,6 +66,8 @@ def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | No
     axes[-1, 0].set_xlabel("normalized magnitude t = |x| / s (grid units); shaded: RTNE bins")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:  # exactly ``path``, as PNG whatever its suffix, through a temporary name (never a half-written file)
+        write_atomic(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)
     return out

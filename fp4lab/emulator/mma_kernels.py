@@ -13,10 +13,12 @@ import math
 import numba
 import numpy as np
 
+from fp4lab.emulator.jit import njit
+
 _NB = dict(cache=True, nogil=True)
 
 
-@numba.njit(**_NB)
+@njit(**_NB)
 def round_output(x, rne, mbits, emin, emax):
     """Scalar twin of mma_reference.round_output."""
     if x != x or x == np.inf or x == -np.inf:
@@ -35,7 +37,7 @@ def round_output(x, rne, mbits, emin, emax):
 ZERO_EXP = -(1 << 29)  # alignment exponent given to zero operands by the T-FDPA kernel's caller
 
 
-@numba.njit(parallel=True, **_NB)
+@njit(parallel=True, **_NB)
 def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o_emin, o_emax):
     """T-FDPA (and ST-FDPA with scales folded into a/ea, b/eb) chained over K: a [M,K], b [K,N], c [M,N].
 
@@ -106,7 +108,7 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
     return out
 
 
-@numba.njit(parallel=True, **_NB)
+@njit(parallel=True, **_NB)
 def gst_fdpa_gemm(a, b, c, ssa, esa, ssb, esb, L, G, F, e_zero, c_emin, rne, mbits, o_emin, o_emax):
     """GST-FDPA chained over K. ssa/esa [M, K/G]: scale significand/exponent per group (ssb/esb [K/G, N])."""
     M, K = a.shape
@@ -155,7 +157,7 @@ def gst_fdpa_gemm(a, b, c, ssa, esa, ssb, esb, L, G, F, e_zero, c_emin, rne, mbi
     return out
 
 
-@numba.njit(**_NB)
+@njit(**_NB)
 def _trunc_sum(vals, exps, lo, hi, step, F):
     """(integral sum in units 2**(e_max-F), e_max) of vals[lo:hi:step], each truncated toward zero."""
     e_max = exps[lo]
@@ -167,7 +169,7 @@ def _trunc_sum(vals, exps, lo, hi, step, F):
     return tot, e_max
 
 
-@numba.njit(parallel=True, **_NB)
+@njit(parallel=True, **_NB)
 def tr_fdpa_gemm(a, ea, b, eb, c, L, F, F2, parity, rne, mbits, o_emin, o_emax):
     """CDNA3 TR-FDPA (parity=False) / GTR-FDPA (parity=True) chained over K; twin of the reference."""
     M, K = a.shape

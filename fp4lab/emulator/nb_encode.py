@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
+from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_tables import (
     ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SMAX, F_TARGETS, OV_NAN,
@@ -33,7 +33,7 @@ U255 = np.uint32(255)
 MANT_MASK = np.uint32(0x7FFFFF)
 
 
-@numba.njit(inline="always", **NJ)
+@njit(inline="always", **NJ)
 def count_le(tab, v):
     """Number of entries of the ascending float32 ``tab`` that are <= v (0 for NaN). Binary search written
     without data-dependent branches (random block amaxes would mispredict every step)."""
@@ -47,7 +47,7 @@ def count_le(tab, v):
     return lo
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def encode_run(t, out, rnd, n, ip, fp, ethr, ecodes, cnt):
     """Round float32 ``t[:n]`` onto the element grid; codes into ``out[:n]`` (``rnd``: 24-bit SR draws).
 
@@ -118,7 +118,7 @@ def encode_run(t, out, rnd, n, ip, fp, ethr, ecodes, cnt):
             out[j] = nan_code
 
 
-@numba.njit(inline="always", **NJ)
+@njit(inline="always", **NJ)
 def _pow2_code(v, rounding, bias, maxcode, nancode):
     """``ref_encode.pow2_exponent`` + bias, clipped to [0, maxcode]; NaN gives ``nancode``."""
     if v != v:
@@ -142,7 +142,7 @@ def _pow2_code(v, rounding, bias, maxcode, nancode):
     return min(max(k + bias, np.int64(0)), np.int64(maxcode))
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
     """float32 ideal scales of the amax rule (``ref_quantize.block_scale_codes`` before the cast)."""
     if ip[P_ENCODE_ARITH]:  # min(amax * float32(g * float32(1/target)), FLT_MAX)
@@ -171,7 +171,7 @@ def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
             ideal[bi] = hi if ideal[bi] > hi else ideal[bi]
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code):
     """Scale codes of non-negative float32 ideal scales (``ref_encode.encode_scale``), one straight loop per
     scale kind so that it vectorizes across blocks."""
@@ -214,7 +214,7 @@ def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code):
             code[bi] = _pow2_code(ideal[bi], rounding, ip[P_SBIAS], ip[P_SMAXCODE], ip[P_SNAN])
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, code, S):
     """Scale codes and decoded float32 scales of nb blocks with finite float32 ``amax`` for target ``ti``:
     the scale rule (``ref_quantize.block_scale_codes``), then the zero / Inf / NaN block overrides, then
@@ -261,7 +261,7 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
 EXP_MASK = np.uint32(0x7F800000)
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def _block_max_bits(xv, nb, bs, top):
     """``top[bi]`` = max over block bi of the float32 bits of ``|x|`` (as uint32). Power-of-two block sizes: a
     pairwise tree over the run (stride-2 loads, which vectorize), else a plain loop per block."""
@@ -281,7 +281,7 @@ def _block_max_bits(xv, nb, bs, top):
         top[bi] = mx
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def block_stats(xv, nb, bs, amax, hnan, hinf):
     """Per block of ``xv`` (nb blocks of bs, contiguous): float32 max of the finite |x| (from the bits), and
     whether the block holds a NaN / an Inf."""
@@ -303,7 +303,7 @@ def block_stats(xv, nb, bs, amax, hnan, hinf):
         amax[bi] = u32_to_f32(mx)
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip):
     """Scaled elements ``t`` of nb blocks (``ref_quantize.scale_elements``): ``x / S`` or ``x / float32(S*ts)``,
     ``x * float32(1/S)`` or ``x * float32(float32(1/ts)/S)``; a zero scale gives a signed zero (NaN stays);
@@ -340,7 +340,7 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip):
                     t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def block_errors(xv, cand, S, nb, bs, ts, two_level, evals, err):
     """float32 sum over each block, in element order, of ``(float32(evals[code] * S [* ts]) - x)^2``."""
     for bi in range(nb):
@@ -358,7 +358,7 @@ K_MUL, K_DIV, K_EXACT = 0, 1, 2  # per-block element scaling of the fused loop
 
 
 def _make_fused(width: int):
-    @numba.njit(inline="always", **NJ)
+    @njit(inline="always", **NJ)
     def code_of(t, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg):
         """Code of scaled element t: ``code0 + sum_k (a >= thr_k) * delta_k`` per sign column, then NaN."""
         tb = f32_to_u32(t)
@@ -372,7 +372,7 @@ def _make_fused(width: int):
         neg = (tb >> U31) & (np.uint32(t != 0) | keep)
         return nan_code if t != t else np.uint8(cn if neg else cp)
 
-    @numba.njit(**NJ)
+    @njit(**NJ)
     def fused(xv, out, mult, kind, S, nb, bs, use_div, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg):
         for bi in range(nb):
             m = mult[bi]
@@ -400,7 +400,7 @@ _fused8 = _make_fused(8)
 _fused16 = _make_fused(16)
 
 
-@numba.njit(**NJ)
+@njit(**NJ)
 def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fthr, fdelta):
     """``scale_elements`` then ``encode_run`` in one pass without storing ``t`` (same float32 operations), for
     deterministic rounding, saturating overflow, blocks of a multiple of 16 and at most 16 thresholds

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 from numba import prange
 
+from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_encode import (
     ABS_MASK, block_errors, block_stats, chunk_scales, encode_run, scale_elements, scale_encode_fused,
@@ -81,7 +81,7 @@ class Geometry:
         return cls(lead, R // r, C // c, R * C, r * C, c, r, c, C, 1)
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _block_base(geo, w, nch, cpb):
     """(first c index, number of blocks, flat start of block 0, scale index of block 0) of work item w."""
     per_a = geo[1] * nch
@@ -92,7 +92,7 @@ def _block_base(geo, w, nch, cpb):
     return c0, nb, a * geo[3] + b * geo[4] + c0 * geo[5], (a * geo[1] + b) * geo[2] + c0
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _gather(x, xs, base0, nb, geo):
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
     k = 0
@@ -105,7 +105,7 @@ def _gather(x, xs, base0, nb, geo):
                 k += 1
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _scatter(src, dst, base0, nb, geo):
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
     k = 0
@@ -118,7 +118,7 @@ def _scatter(src, dst, base0, nb, geo):
                 k += 1
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits):
     """SR comparands of a work item's elements, in block-element order; one Philox call per call index."""
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
@@ -139,7 +139,7 @@ def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits):
                 k += 1
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
                    ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """One work item of ``quantize_blocks`` (a separate function: loops inside a prange body do not vectorize)."""
@@ -203,7 +203,7 @@ def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gm
         _scatter(result, codes, base0, nb, geo)
 
 
-@numba.njit(**NJP)
+@njit(**NJP)
 def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
                     ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """Quantize flat float32 ``x`` block by block: element codes into ``codes`` (flat, x's layout), scale codes
@@ -216,7 +216,7 @@ def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul
                        ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
 
 
-@numba.njit(**NJP)
+@njit(**NJP)
 def encode_flat(x, codes, seed_lo, seed_hi, sr_bits, ip, fp, ethr, ecodes):
     """Element-only formats: round every element of flat float32 ``x`` onto the grid (no scale)."""
     n = x.shape[0]
@@ -233,7 +233,7 @@ def encode_flat(x, codes, seed_lo, seed_hi, sr_bits, ip, fp, ethr, ecodes):
         encode_run(x[lo:lo + m], codes[lo:lo + m], rnd, m, ip, fp, ethr, ecodes, cnt)
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _finite_amax_bits(x):
     mx = np.uint32(0)
     for i in range(x.shape[0]):
@@ -242,7 +242,7 @@ def _finite_amax_bits(x):
     return mx
 
 
-@numba.njit(**NJP)
+@njit(**NJP)
 def finite_amax(x):
     """float32 max of |x| over the finite elements of flat ``x`` (0 if none), from the float32 bits."""
     n = x.shape[0]
@@ -253,7 +253,7 @@ def finite_amax(x):
     return u32_to_f32(part.max())
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out):
     contiguous = geo[10] != 0
     cpb = max(1, CHUNK // bs)
@@ -278,7 +278,7 @@ def _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out):
         _scatter(ov, out, base0, nb, geo)
 
 
-@numba.njit(**NJP)
+@njit(**NJP)
 def dequantize_blocks(codes, scales, geo, bs, ts, two_level, evals, out):
     """``out = float32(evals[code] * S)`` (then ``* ts`` for two-level formats), same geometry as quantize."""
     cpb = max(1, CHUNK // bs)
@@ -287,7 +287,7 @@ def dequantize_blocks(codes, scales, geo, bs, ts, two_level, evals, out):
         _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out)
 
 
-@numba.njit(**NJP)
+@njit(**NJP)
 def decode_flat(codes, evals, out):
     """Element-only formats: ``out = evals[codes]``."""
     for i in prange(codes.shape[0]):

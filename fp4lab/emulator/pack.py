@@ -8,9 +8,9 @@ are the plain-numpy definitions. Both give identical bytes and raise the same er
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from fp4lab.emulator.jit import njit
 from fp4lab.errors import InputError
 
 
@@ -62,7 +62,7 @@ def unpack_nibbles_reference(packed: np.ndarray) -> np.ndarray:
 # numba twins (one signature each: flat C-contiguous uint8 arrays)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pack_flat(c, out):
     """out[i] = c[2i] | c[2i+1] << 4; returns the OR of all codes (> 15 means some code was out of range)."""
     seen = np.uint8(0)
@@ -74,7 +74,7 @@ def _pack_flat(c, out):
     return seen
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _unpack_flat(p, out):
     for i in range(p.shape[0]):
         b = p[i]

@@ -16,9 +16,9 @@ Public names:
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from fp4lab.emulator.jit import njit
 from fp4lab.errors import InputError
 
 N_ROUNDS = 10
@@ -141,7 +141,7 @@ def sr_random_bits_reference(seed: int, n: int, bits: int = SR_BITS) -> np.ndarr
 # numba twins
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def philox_rounds(c0, c1, c2, c3, k0, k1):
     """Philox4x32-10 on a full 4-word counter and key; integer scalars in, tuple of 4 uint32 out."""
     x0 = np.uint64(c0) & _U_MASK
@@ -162,13 +162,13 @@ def philox_rounds(c0, c1, c2, c3, k0, k1):
     return np.uint32(x0), np.uint32(x1), np.uint32(x2), np.uint32(x3)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def philox4x32_10(seed_lo, seed_hi, c0, c1):
     """``tl.randint4x`` for one counter (c0, c1) = (offset_lo, offset_hi): tuple of 4 uint32."""
     return philox_rounds(c0, c1, 0, 0, seed_lo, seed_hi)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def sr_comparand(w, i, bits):
     """24-bit SR comparand of flat element i from its Philox word ``w`` (see ``sr_random_bits_reference``)."""
     if bits == 24:
@@ -178,7 +178,7 @@ def sr_comparand(w, i, bits):
     return np.uint32((r << np.uint32(24 - bits)) | np.uint32((1 << (24 - bits)) - 1))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def sr_call_and_word(i, bits):
     """(Philox call index, word index 0..3) that feed flat element i at width ``bits``."""
     ii = np.int64(i)
@@ -188,7 +188,7 @@ def sr_call_and_word(i, bits):
     return np.uint64(ii // (4 * per)), np.uint64((ii // per) & 3)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def sr_bits_for(seed_lo, seed_hi, i, bits=24):
     """24-bit SR comparand (uint32) of flat element i at width ``bits``. Costs one full Philox call; loops over
     consecutive elements should call ``philox4x32_10`` once per call index (``sr_call_and_word``)."""
@@ -197,7 +197,7 @@ def sr_bits_for(seed_lo, seed_hi, i, bits=24):
     return sr_comparand(w[j], i, bits)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _philox4x32_flat(seed_lo, seed_hi, off, out):
     for j in range(off.shape[0]):
         o = off[j]
@@ -208,7 +208,7 @@ def _philox4x32_flat(seed_lo, seed_hi, off, out):
         out[3, j] = w[3]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _sr_bits_flat(seed_lo, seed_hi, out, bits):
     g_last = np.uint64(0)
     w = philox4x32_10(seed_lo, seed_hi, g_last, g_last)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 
+from fp4lab.emulator.jit import njit
 from fp4lab.emulator.philox import philox4x32_reference
 from fp4lab.errors import InputError
 
@@ -111,7 +111,7 @@ def rht_reference(x: np.ndarray, size: int = 16, seed: int = 0, axis: int = -1, 
 # numba twin
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def rht_block_inplace(v, signs, inverse):
     """Rotate one contiguous float32 block v (length n = len(signs), a power of two) in place.
     forward: v <- c * FWHT(signs * v); inverse: v <- signs * (c * FWHT(v)); c = fp32(1/sqrt(n))."""
@@ -136,7 +136,7 @@ def rht_block_inplace(v, signs, inverse):
             v[j] = v[j] * signs[j]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _rht_rows(blocks, signs, inverse):
     for r in range(blocks.shape[0]):
         rht_block_inplace(blocks[r], signs, inverse)

@@ -2,9 +2,41 @@
 
 from __future__ import annotations
 
+import re
+import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_text(value: str | None) -> str | None:
+    """``value`` unchanged if it holds no control characters (tab and newline allowed), else a ValueError: spec
+    text is printed to terminals, where escape sequences would act."""
+    if value is not None and _CONTROL.search(value):
+        bad = _CONTROL.search(value).group()
+        raise ValueError(f"control character {bad!r} not allowed in text fields")
+    return value
+
+
+def _allows_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return any(_allows_bool(a) for a in typing.get_args(annotation))
+
+
+def refuse_booleans(model: type[BaseModel], data: Any) -> Any:
+    """``data`` unchanged, or a ValueError if a field that takes numbers, names or tables was given true/false
+    (pydantic would read ``min_scale = true`` as 1.0 and ``block = true`` as a block of 1)."""
+    if isinstance(data, dict):
+        for name, field in model.model_fields.items():
+            for key in {name, field.alias or name}:
+                v = data.get(key)
+                if (isinstance(v, bool) or isinstance(v, list) and any(isinstance(i, bool) for i in v)) \
+                        and not _allows_bool(field.annotation):
+                    raise ValueError(f"{key}: true/false is not allowed here")
+    return data
 
 
 class SpecModel(BaseModel):
@@ -12,6 +44,11 @@ class SpecModel(BaseModel):
     (which ``functools.cached_property`` keeps in the instance ``__dict__``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data: Any) -> Any:
+        return refuse_booleans(cls, data)
 
     def __eq__(self, other: Any) -> bool:
         return type(self) is type(other) and self.model_dump() == other.model_dump()

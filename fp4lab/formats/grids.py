@@ -23,9 +23,9 @@ from functools import cached_property
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fp4lab.formats.base import SpecModel
+from fp4lab.formats.base import SpecModel, check_text
 
 RoundingMode = Literal["rtne", "rtna", "rtnz", "rtz", "sr"]
 DETERMINISTIC_MODES: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz")
@@ -34,7 +34,8 @@ ROUNDING_MODES: tuple[str, ...] = DETERMINISTIC_MODES + ("sr",)
 
 def is_float32_exact(v: float) -> bool:
     """True if the float64 value ``v`` is exactly representable as a float32 (NaN/Inf count as exact)."""
-    return bool(np.isnan(v)) or float(np.float32(v)) == v
+    with np.errstate(over="ignore"):
+        return bool(np.isnan(v)) or float(np.float32(v)) == v
 
 
 def _next_float32_up(v: float) -> np.float32:
@@ -51,8 +52,13 @@ class _GridBase(SpecModel):
     """Derived quantities shared by every element grid. Subclasses define ``bits`` and ``_decode``."""
 
 
-    name: str | None = Field(default=None, description="Short name, e.g. 'e2m1'.")
-    description: str = ""
+    name: str | None = Field(default=None, max_length=64, description="Short name, e.g. 'e2m1'.")
+    description: str = Field(default="", max_length=1024)
+
+    @field_validator("name", "description")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        return check_text(v)
 
     @property
     def bits(self) -> int:  # overridden by fields or properties in subclasses
@@ -213,6 +219,12 @@ class _GridBase(SpecModel):
         where = f"grid '{self.name}'" if self.name else "element grid"
         if not np.any(finite == 0.0):
             raise ValueError(f"{where}: zero must be one of the values")
+        if not np.any(finite > 0.0):
+            raise ValueError(f"{where}: needs at least one positive value (positive inputs would all round to 0)")
+        big = float(np.max(np.abs(finite)))
+        if big > float(np.finfo(np.float32).max):
+            raise ValueError(f"{where}: value {big!r} is beyond the float32 range (at most 3.4028235e+38); "
+                             "check the exponent bits, bias or step")
         bad = [float(v) for v in finite if not is_float32_exact(float(v))]
         if bad:
             raise ValueError(
@@ -235,7 +247,8 @@ class FloatGrid(_GridBase):
     kind: Literal["float"] = "float"
     exponent_bits: int = Field(ge=1, le=8)
     mantissa_bits: int = Field(ge=0, le=23)
-    bias: int | None = Field(default=None, description="Exponent bias; default 2**(exponent_bits-1) - 1.")
+    bias: int | None = Field(default=None, ge=-300, le=300,
+                             description="Exponent bias; default 2**(exponent_bits-1) - 1.")
     signed: bool = True
     subnormals: bool = True
     specials: Literal["none", "fn", "ieee"] = "none"
@@ -326,8 +339,8 @@ class TableGrid(_GridBase):
 
     kind: Literal["table"] = "table"
     table_bits: int = Field(default=4, ge=1, le=8, alias="bits")
-    table: list[float] | None = Field(default=None, alias="values")
-    magnitudes: list[float] | None = None
+    table: list[float] | None = Field(default=None, alias="values", max_length=256)
+    magnitudes: list[float] | None = Field(default=None, max_length=128)
 
 
     @property

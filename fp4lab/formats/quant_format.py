@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fp4lab.formats.base import SpecModel
+from fp4lab.formats.base import SpecModel, check_text
 from fp4lab.formats.grids import ElementGrid, FloatGrid, RoundingMode
 from fp4lab.formats.rules import BlockLayout, ScaleRule
 from fp4lab.formats.scales import ScaleFormat
@@ -53,8 +53,8 @@ class QuantFormat(SpecModel):
     """
 
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    description: str = ""
+    name: str = Field(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    description: str = Field(default="", max_length=1024)
     element: ElementGrid
     block: BlockLayout | None = None
     scale: ScaleFormat | None = None
@@ -73,8 +73,21 @@ class QuantFormat(SpecModel):
         "positive: a scaled input that is exactly +-0 gets the +0 code (TransformerEngine), negative values that "
         "round to zero still get -0.",
     )
-    matches: list[str] = Field(default_factory=list, description="Libraries this format reproduces bit for bit.")
-    references: list[str] = Field(default_factory=list)
+    matches: list[Annotated[str, Field(max_length=512)]] = Field(
+        default_factory=list, max_length=32, description="Libraries this format reproduces bit for bit.")
+    references: list[Annotated[str, Field(max_length=512)]] = Field(default_factory=list, max_length=32)
+
+    @field_validator("description")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        return check_text(v)
+
+    @field_validator("matches", "references")
+    @classmethod
+    def _printable_items(cls, v: list[str]) -> list[str]:
+        for item in v:
+            check_text(item)
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -118,6 +131,20 @@ class QuantFormat(SpecModel):
                 and self.scale.grid.nan_code is None:
             raise ValueError(f"format '{self.name}': inf_policy 'propagate' needs a scale format with a NaN code; "
                              "use 'saturate'")
+        if scaled and rule.targets:
+            g = self.element.amax
+            for t in rule.targets:
+                if t > g:
+                    raise ValueError(f"format '{self.name}': scale_rule.targets {t!r} is above the element grid's "
+                                     f"largest magnitude {g!r}: every block's largest element would clip")
+        if scaled and self.scale is not None:
+            smax, smin = self.scale.max, self.scale.min_positive
+            if rule.min_scale is not None and rule.min_scale > smax:
+                raise ValueError(f"format '{self.name}': scale_rule.min_scale {rule.min_scale!r} is above the "
+                                 f"largest scale {smax!r} the scale format can store")
+            if rule.max_scale is not None and rule.max_scale < smin:
+                raise ValueError(f"format '{self.name}': scale_rule.max_scale {rule.max_scale!r} is below the "
+                                 f"smallest positive scale {smin!r} the scale format can store")
         return self
 
     # ---- derived -------------------------------------------------------------------------------------------

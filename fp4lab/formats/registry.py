@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fp4lab.errors import SpecError, UnknownFormatError
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.spec_io import load_model
+from fp4lab.formats.spec_io import load_model, one_line
 
 # Built-ins in display order; every name has a TOML file ``builtin/<name>.toml``.
 BUILTIN_NAMES: tuple[str, ...] = (
@@ -61,10 +61,17 @@ def get_format(name: str | Path | QuantFormat) -> QuantFormat:
     """A registered format by name, a spec file by path, or ``name`` itself if it already is a ``QuantFormat``."""
     if isinstance(name, QuantFormat):
         return name
+    if not isinstance(name, (str, Path)):
+        raise UnknownFormatError(f"format must be a name, a spec-file path or a QuantFormat, got {type(name).__name__}")
     _load_builtins()
     key = str(name)
     if key in _registry:
         return _registry[key]
-    if Path(key).suffix.lower() in (".toml", ".json") or Path(key).is_file():
+    try:
+        is_file = Path(key).is_file()
+    except (OSError, ValueError):  # a name too long for a path, or holding a NUL
+        is_file = False
+    if Path(key).suffix.lower() in (".toml", ".json") or is_file:
         return load_format(key)
-    raise UnknownFormatError(f"unknown format '{key}': not registered and not a spec file; known: {', '.join(list_formats())}")
+    raise UnknownFormatError(f"unknown format '{one_line(key, 80)}': not registered and not a spec file; known: "
+                             f"{', '.join(list_formats())}")

@@ -19,11 +19,15 @@ the block. Methods:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from fp4lab.formats.base import SpecModel
+
+F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 class ScaleRule(SpecModel):
@@ -31,9 +35,9 @@ class ScaleRule(SpecModel):
 
 
     method: Literal["none", "amax", "rceil", "floor", "ceil", "even"] = "amax"
-    targets: list[float] | None = Field(
-        default=None, description="Grid value(s) the block amax maps onto (amax/rceil); default: the grid maximum."
-    )
+    targets: list[Annotated[float, Field(allow_inf_nan=False)]] | None = Field(
+        default=None, max_length=16,
+        description="Grid value(s) the block amax maps onto (amax/rceil); default: the grid maximum.")
     scale_rounding: Literal["rtne", "ceil", "floor"] = Field(
         default="rtne", description="Rounding of the ideal scale into the scale format (amax method)."
     )
@@ -51,8 +55,10 @@ class ScaleRule(SpecModel):
         "(torchao). encode: g = (target*smax)/amax_t, ts = 1/g, ideal = amax * float32(g * float32(1/target)), "
         "t = x * min(1/float32(S*ts), FLT_MAX) (TransformerEngine).",
     )
-    min_scale: float | None = Field(default=None, gt=0.0, description="Clamp the ideal scale from below.")
-    max_scale: float | None = Field(default=None, gt=0.0, description="Clamp the ideal scale from above.")
+    min_scale: float | None = Field(default=None, gt=0.0, allow_inf_nan=False,
+                                    description="Clamp the ideal scale from below.")
+    max_scale: float | None = Field(default=None, gt=0.0, allow_inf_nan=False,
+                                    description="Clamp the ideal scale from above.")
     zero_block: Literal["as_computed", "one", "min", "zero"] = Field(
         default="as_computed",
         description="Scale of an all-zero block: as computed by the rule and clamps, 1.0, the smallest positive "
@@ -71,6 +77,15 @@ class ScaleRule(SpecModel):
     def _validate(self) -> "ScaleRule":
         if self.targets is not None and (not self.targets or any(t <= 0 for t in self.targets)):
             raise ValueError("scale_rule.targets must be a non-empty list of positive grid values")
+        for t in self.targets or ():
+            if not F32_TINY <= t <= F32_MAX:  # the rules divide by float32(target) and by its reciprocal
+                raise ValueError(f"targets: {t!r} is outside the positive normal float32 range "
+                                 f"[{F32_TINY!r}, {F32_MAX!r}]")
+        for field in ("min_scale", "max_scale"):
+            v = getattr(self, field)
+            if v is not None and (v > F32_MAX or not float(np.float32(v)) > 0.0):
+                raise ValueError(f"{field} {v!r} is not a positive finite float32 "
+                                 f"(the clamp is applied in float32)")
         if self.scale_arithmetic == "encode" and self.method not in ("amax", "rceil"):
             raise ValueError(f"scale_rule: scale_arithmetic 'encode' applies to the amax/rceil methods, not '{self.method}'")
         if self.min_scale is not None and self.max_scale is not None and self.min_scale > self.max_scale:

@@ -12,9 +12,9 @@ from functools import cached_property
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from fp4lab.formats.base import SpecModel
+from fp4lab.formats.base import SpecModel, check_text
 from fp4lab.formats.grids import FloatGrid
 
 
@@ -23,20 +23,35 @@ class ScaleFormat(SpecModel):
 
 
     kind: Literal["pow2", "float", "fp32", "bf16"]
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=64)
     exponent_bits: int = Field(default=8, ge=1, le=8)
     mantissa_bits: int = Field(default=0, ge=0, le=7)
-    bias: int | None = None
+    bias: int | None = Field(default=None, ge=-300, le=300)
     signed: bool = False
     subnormals: bool = True
     specials: Literal["none", "fn", "ieee"] = "fn"
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        return check_text(v)
 
     @model_validator(mode="after")
     def _validate(self) -> "ScaleFormat":
         if self.kind == "pow2" and self.mantissa_bits != 0:
             raise ValueError("scale format kind 'pow2' has no mantissa: mantissa_bits must be 0")
+        if self.kind == "pow2":
+            lo, hi = -self.exponent_bias, self.pow2_nan_code - 1 - self.exponent_bias
+            if lo < -149 or hi > 127:
+                raise ValueError(
+                    f"scale format kind 'pow2': bias {self.exponent_bias} gives scales 2^{lo} .. 2^{hi}, but every "
+                    f"scale must be a float32 (2^-149 .. 2^127): with {self.exponent_bits} exponent bits the bias "
+                    f"must lie in [{self.pow2_nan_code - 1 - 127}, 149]")
         if self.kind == "float":
-            _ = self.grid  # validates the ExMy fields
+            try:
+                _ = self.grid  # validates the ExMy fields
+            except ValidationError as err:  # one line: the nested grid's first complaint
+                raise ValueError(err.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
 
     @property

@@ -9,6 +9,13 @@ import sys
 from typing import Any
 
 from .registry import get_hw, list_hw, spec_to_dict
+
+
+def escape(text: str) -> str:
+    """``text`` with rich markup escaped: spec strings are printed as written, never as markup."""
+    from rich.markup import escape as _escape
+
+    return _escape(str(text))
 from .schema import HWSpec, MMAKind
 
 _SCALE_ALIASES = {"e8m0": "ue8m0"}  # the format registry's E8M0 is the hardware's UE8M0 (no sign, no zero)
@@ -85,8 +92,9 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         t.add_column(col)
     for r in rows:
         prov = ", ".join(f"{k} {v}" for k, v in sorted(r["fields_by_provenance"].items()))
-        t.add_row(r["name"], r["vendor"], r["arch"], str(r["kinds"]), prov, r["description"])
-    Console().print(t)
+        t.add_row(*(escape(v) for v in (r["name"], r["vendor"], r["arch"], str(r["kinds"]), prov,
+                                          r["description"])))
+    Console(highlight=False).print(t)
     return 0
 
 
@@ -102,29 +110,31 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
-    con.print(f"[bold]{spec.name}[/bold] ({spec.vendor} {spec.arch}, provenance {spec.provenance}"
-              f"{', inherits ' + spec.inherits if spec.inherits else ''}): {spec.description}")
-    con.print(f"source: {spec.source}")
+    con = Console(highlight=False)
+    con.print(f"[bold]{escape(spec.name)}[/bold] ({escape(spec.vendor)} {escape(spec.arch)}, provenance "
+              f"{spec.provenance}{', inherits ' + escape(spec.inherits) if spec.inherits else ''}): "
+              f"{escape(spec.description)}", soft_wrap=True)
+    con.print(f"source: {escape(spec.source)}", soft_wrap=True)
     t = Table(title="MMA kinds  (~ assumed, ? unknown)")
     for col in ("kind", "A x B -> acc", "K", "model", "L", "F", "e_zero", "output", "scales", "peak TFLOPS",
                 "provenance"):
         t.add_column(col)
     for k in spec.kinds.values():
         acc = k.accumulation
-        t.add_row(k.name, f"{'/'.join(k.a_formats)} x {'/'.join(k.b_formats)} -> {k.c_format}", _num(k.k),
-                  acc.algorithm, _num(acc.fused_len), _num(acc.frac_bits), _num(acc.e_zero),
-                  f"{k.output.rounding} {k.output.format}/{_num(k.output.mantissa_bits)}",
-                  ", ".join(f"{s.format}/{_num(s.block)}" for s in k.scales) or "-", _num(k.peak_tflops),
-                  k.provenance)
+        t.add_row(*(escape(v) for v in (
+            k.name, f"{'/'.join(k.a_formats)} x {'/'.join(k.b_formats)} -> {k.c_format}", _num(k.k),
+            acc.algorithm, _num(acc.fused_len), _num(acc.frac_bits), _num(acc.e_zero),
+            f"{k.output.rounding} {k.output.format}/{_num(k.output.mantissa_bits)}",
+            ", ".join(f"{s.format}/{_num(s.block)}" for s in k.scales) or "-", _num(k.peak_tflops),
+            k.provenance)))
     con.print(t)
     if spec.native:
         t = Table(title="native element / scale / block combinations")
         for col in ("element", "scale", "block", "kind", "peak TFLOPS", "note"):
             t.add_column(col)
         for c in spec.native:
-            t.add_row(c.element, c.scale or "-", str(c.block or "-"), c.kind, _num(spec.kinds[c.kind].peak_tflops),
-                      c.note)
+            t.add_row(*(escape(v) for v in (c.element, c.scale or "-", str(c.block or "-"), c.kind,
+                                            _num(spec.kinds[c.kind].peak_tflops), c.note)))
         con.print(t)
     weak = {k.name: kind_row(k)["weak_fields"] for k in spec.kinds.values() if kind_row(k)["weak_fields"]}
     if weak:
@@ -134,8 +144,8 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     if cost:
         p = cost["peak_tflops"]
         rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
-        con.print(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind {cost['kind']}, "
-                  f"{rate}. {cost['note']}")
+        con.print(escape(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind "
+                         f"{cost['kind']}, {rate}. {cost['note']}"), soft_wrap=True)
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import SpecError
+from ..formats.spec_io import one_line, read_spec_text
 from .schema import HWSpec
 
 SPEC_DIR = Path(__file__).parent / "specs"
@@ -70,7 +71,19 @@ def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
     for req in ("name", "provenance", "source"):
         if req not in raw:
             raise SpecError(f"{where}: missing top-level field {req!r}")
+        if not isinstance(raw[req], str):
+            raise SpecError(f"{where}: field {req}: must be a string, got {type(raw[req]).__name__}")
     kinds_raw = raw.get("kinds", {})
+    if not isinstance(kinds_raw, dict):
+        raise SpecError(f"{where}: field kinds: must be a table of kinds, got {type(kinds_raw).__name__}")
+    for name, kd in kinds_raw.items():
+        if not isinstance(kd, dict):
+            raise SpecError(f"{where}: field kinds.{name}: must be a table, got {type(kd).__name__}")
+        if "extends" in kd and not isinstance(kd["extends"], str):
+            raise SpecError(f"{where}: field kinds.{name}.extends: must be a kind name (a string)")
+        for key in ("provenance", "source"):
+            if key in kd and not isinstance(kd[key], str):
+                raise SpecError(f"{where}: field kinds.{name}.{key}: must be a string")
     merged_raw: dict[str, dict] = {}
     pending = dict(kinds_raw)
     while pending:  # resolve 'extends' on the raw tables, in dependency order
@@ -94,6 +107,8 @@ def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
     out = {k: v for k, v in raw.items() if k != "kinds"}
     parent = raw.get("inherits")
     if parent is not None:
+        if not isinstance(parent, str):
+            raise SpecError(f"{where}: field inherits: must be the name of a built-in spec (a string)")
         if parent in seen:
             raise SpecError(f"{where}: 'inherits' cycle through {parent!r}")
         praw = _resolve(_read_raw(_builtin_path(parent, where)), parent, seen + (raw["name"],))
@@ -107,20 +122,21 @@ def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
 
 
 def _read_raw(path: Path) -> dict:
+    text = read_spec_text(path, "hwspec")
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: hwspec file not found") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{path}: not valid TOML ({e})") from None
+        raise SpecError(f"{path}: not valid TOML ({one_line(str(e))})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid TOML (nested too deeply)") from None
 
 
 def _builtin_path(name: str, where: str) -> Path:
-    p = SPEC_DIR / f"{name}.toml"
-    if not p.exists():
-        raise SpecError(f"{where}: inherits unknown built-in spec {name!r}; built-ins: {', '.join(_builtin_names())}")
-    return p
+    """The file of built-in spec ``name``: only a name from ``specs/``, never a path (no '/', no '..')."""
+    if name not in _builtin_names():
+        raise SpecError(f"{where}: inherits unknown built-in spec {one_line(name, 80)!r}; built-ins: "
+                        f"{', '.join(_builtin_names())}")
+    return SPEC_DIR / f"{name}.toml"
 
 
 def _builtin_names() -> list[str]:
@@ -133,13 +149,21 @@ def _validate(data: dict, where: str) -> HWSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise SpecError(f"{where}: field {loc}: {err['msg']}") from None
+        msg = one_line(err["msg"].removeprefix("Value error, "))
+        raise SpecError(f"{where}: {'field ' + loc + ': ' if loc else ''}{msg}") from None
 
 
 def load_hw(path: str | Path) -> HWSpec:
     """Validate an hwspec TOML file and return the spec (not registered; see :func:`register_hw`)."""
     path = Path(path)
-    return _validate(_resolve(_read_raw(path), str(path)), str(path))
+    try:
+        return _validate(_resolve(_read_raw(path), str(path)), str(path))
+    except SpecError:
+        raise
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply") from None
+    except (ArithmeticError, TypeError, AttributeError, LookupError, ValueError) as exc:  # a check that broke
+        raise SpecError(f"{path}: invalid hwspec ({type(exc).__name__}: {one_line(str(exc))})") from None
 
 
 def register_hw(spec: HWSpec) -> None:
@@ -157,17 +181,22 @@ def get_hw(name: str | Path | HWSpec) -> HWSpec:
     """A spec by registry name or TOML path (a spec object is returned as is)."""
     if isinstance(name, HWSpec):
         return name
+    if not isinstance(name, (str, Path)):
+        raise SpecError(f"hw must be a spec name, a .toml path or an HWSpec, got {type(name).__name__}")
     key = str(name)
     if key in _REGISTRY:
         return _REGISTRY[key]
-    p = SPEC_DIR / f"{key}.toml"
-    if p.exists():
-        spec = load_hw(p)
+    if key in _builtin_names():  # a built-in by name only: never a path assembled from the argument
+        spec = load_hw(SPEC_DIR / f"{key}.toml")
         _REGISTRY[key] = spec
         return spec
-    if key.endswith(".toml") or Path(key).exists():
+    try:
+        exists = Path(key).exists()
+    except (OSError, ValueError):
+        exists = False
+    if key.endswith(".toml") or exists:
         return load_hw(key)
-    raise SpecError(f"unknown hw {key!r}; known: {', '.join(list_hw())} (or a path to a .toml spec)")
+    raise SpecError(f"unknown hw {one_line(key, 80)!r}; known: {', '.join(list_hw())} (or a path to a .toml spec)")
 
 
 def spec_to_dict(spec: HWSpec) -> dict:

@@ -23,11 +23,16 @@ K longer than ``fused_len`` is a chain: each chunk's rounded output is the next 
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..formats.base import check_text, refuse_booleans
 from .operands import OPERAND_FORMATS
+
+Text = Annotated[str, Field(max_length=2048)]
+ShortText = Annotated[str, Field(max_length=256)]
 
 Provenance = Literal["measured", "published", "assumed", "unknown"]
 Algorithm = Literal["t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"]
@@ -36,22 +41,71 @@ Algorithm = Literal["t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"]
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data):
+        return refuse_booleans(cls, data)
+
+    @model_validator(mode="after")
+    def _printable_text(self):  # spec text is printed to terminals, where escape sequences would act
+        for name in type(self).model_fields:
+            v = getattr(self, name)
+            for item in (v if isinstance(v, list) else [v]):
+                if isinstance(item, str):
+                    try:
+                        check_text(item)
+                    except ValueError as exc:
+                        raise ValueError(f"{name}: {exc}") from None
+        return self
+
 
 class Num(_Model):
     """A number with where it comes from."""
 
     value: float | int
     provenance: Provenance
-    source: str = Field(min_length=1)
+    source: Text = Field(min_length=1)
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _real(cls, v):
+        if isinstance(v, bool):
+            raise ValueError(f"expected a number, got {v!r}")
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, v: float | int) -> float | int:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"expected a finite number, got {v!r}")
+        return v
 
     def __int__(self) -> int:
         return int(self.value)
 
 
+def integral(n: "Num | None", lo: int, hi: int) -> "Num | None":
+    """``n`` if its value is an integer in [lo, hi] (None passes), else a ValueError saying what is allowed."""
+    if n is None:
+        return n
+    v = n.value
+    if isinstance(v, float) and not v.is_integer():
+        raise ValueError(f"must be an integer, got {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"must be an integer in [{lo}, {hi}], got {v!r}")
+    return n
+
+
+# Ranges of the integer fields. frac_bits / join_frac_bits: the models sum truncated terms exactly in float64,
+# which holds while frac_bits + 2 + ceil(log2(fused_len + 1)) <= 53 (checked per kind); fused_len, k, blocks: at
+# most 4096 elements; e_zero: an exponent the float64 kernels can scale by.
+MAX_K = 4096
+
+
 class ScaleOption(_Model):
     """One allowed block-scale configuration of a block-scaled kind: scale format and K-elements per scale."""
 
-    format: str
+    format: ShortText
     block: Num
 
     @field_validator("format")
@@ -60,6 +114,11 @@ class ScaleOption(_Model):
         if v not in OPERAND_FORMATS:
             raise ValueError(f"scale format {v!r} unknown; known: {', '.join(OPERAND_FORMATS)}")
         return v
+
+    @field_validator("block")
+    @classmethod
+    def _block(cls, v: Num) -> Num:
+        return integral(v, 1, MAX_K)
 
 
 class Accumulation(_Model):
@@ -76,8 +135,30 @@ class Accumulation(_Model):
         description="'separate_rn': D = RN_fp32(RZ_fp32(T-FDPA(products, C=0)) + C) (B200 legacy fp8 mma.sync).",
     )
 
+    @field_validator("fused_len", "group")
+    @classmethod
+    def _lengths(cls, v: Num | None) -> Num | None:
+        return integral(v, 1, MAX_K)
+
+    @field_validator("frac_bits", "join_frac_bits")
+    @classmethod
+    def _bits(cls, v: Num | None) -> Num | None:
+        return integral(v, 0, 50)
+
+    @field_validator("e_zero")
+    @classmethod
+    def _exponent(cls, v: Num | None) -> Num | None:
+        return integral(v, -1000, 1000)
+
     @model_validator(mode="after")
     def _check(self) -> "Accumulation":
+        L, F = int(self.fused_len), int(self.frac_bits)
+        if F + 2 + math.ceil(math.log2(L + 1)) > 53:
+            raise ValueError(f"accumulation: frac_bits {F} with fused_len {L} needs sums of "
+                             f"{F + 2 + math.ceil(math.log2(L + 1))} bits, beyond the 53 the model computes "
+                             f"exactly; use frac_bits <= {51 - math.ceil(math.log2(L + 1))}")
+        if self.algorithm == "gst_fdpa" and self.group is not None and L % int(self.group):
+            raise ValueError(f"accumulation: fused_len {L} is not a multiple of group {int(self.group)}")
         need = {
             "t_fdpa": ("e_zero",),
             "st_fdpa": ("e_zero",),
@@ -99,26 +180,60 @@ class Output(_Model):
     mantissa_bits: Num = Field(description="Fraction bits kept: 23 (fp32), 13 (Hopper fp8 'e8m13'), 10 (fp16).")
     nan_bits: Num = Field(description="Bit pattern of every NaN result, in the output format.")
 
+    @field_validator("mantissa_bits")
+    @classmethod
+    def _mbits(cls, v: Num) -> Num:
+        return integral(v, 0, 23)
+
+    @field_validator("nan_bits")
+    @classmethod
+    def _nbits(cls, v: Num) -> Num:
+        return integral(v, 0, 2**32 - 1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Output":
+        mb, nb = int(self.mantissa_bits), int(self.nan_bits)
+        width, exp_mask, man_mask, top = {"f32": (32, 0x7F800000, 0x7FFFFF, 23), "f16": (16, 0x7C00, 0x3FF, 10)}[
+            self.format]
+        if mb > top:
+            raise ValueError(f"output: mantissa_bits {mb} exceeds the {top} fraction bits of {self.format}")
+        if nb >> width or (nb & exp_mask) != exp_mask or not nb & man_mask:
+            raise ValueError(f"output: nan_bits {nb:#x} is not a NaN bit pattern of {self.format}")
+        return self
+
 
 class MMAKind(_Model):
     """One instruction kind: operand formats, shape, block scaling, accumulation model and peak rate."""
 
-    name: str
-    instruction: str
-    description: str = ""
-    shape: str = Field(description="Instruction shape as the ISA writes it, e.g. 'm64nNk16'.")
+    name: ShortText
+    instruction: ShortText
+    description: Text = ""
+    shape: ShortText = Field(description="Instruction shape as the ISA writes it, e.g. 'm64nNk16'.")
     k: Num = Field(description="K of one instruction.")
-    k_alt: list[int] = Field(default_factory=list, description="Other instruction K's of this kind (e.g. tf32 k4).")
-    a_formats: list[str]
-    b_formats: list[str]
+    k_alt: list[Annotated[int, Field(ge=1, le=MAX_K)]] = Field(
+        default_factory=list, max_length=16, description="Other instruction K's of this kind (e.g. tf32 k4).")
+    a_formats: list[ShortText] = Field(max_length=32)
+    b_formats: list[ShortText] = Field(max_length=32)
     c_format: Literal["f32", "f16"]
     tf32_truncate: bool = Field(default=False, description="Inputs are fp32 words whose low 13 bits are dropped.")
-    scales: list[ScaleOption] = Field(default_factory=list)
+    scales: list[ScaleOption] = Field(default_factory=list, max_length=32)
     accumulation: Accumulation
     output: Output
     peak_tflops: Num | None = Field(default=None, description="Dense peak, 10^12 MMA flops (2 per MAC) per s.")
     provenance: Provenance
-    source: str
+    source: Text
+
+    @field_validator("k")
+    @classmethod
+    def _k(cls, v: Num) -> Num:
+        return integral(v, 1, MAX_K)
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _peak(cls, v: Num | None) -> Num | None:
+        if v is not None and not v.value >= 0:
+            raise ValueError(f"must be a number >= 0, got {v.value!r}")
+        return v
 
     @field_validator("a_formats", "b_formats")
     @classmethod
@@ -174,25 +289,25 @@ class MMAKind(_Model):
 class NativeCombo(_Model):
     """A natively supported element/scale/block combination and the kind that runs it."""
 
-    element: str
-    scale: str | None = None
-    block: int | None = None
-    kind: str
-    note: str = ""
+    element: ShortText
+    scale: ShortText | None = None
+    block: int | None = Field(default=None, ge=1, le=MAX_K)
+    kind: ShortText
+    note: Text = ""
 
 
 class HWSpec(_Model):
     """An accelerator: its MMA kinds (by name) and its native format combinations."""
 
-    name: str
-    vendor: str
-    arch: str
-    description: str = ""
-    inherits: str | None = None
+    name: ShortText
+    vendor: ShortText
+    arch: ShortText
+    description: Text = ""
+    inherits: ShortText | None = None
     provenance: Provenance
-    source: str
-    kinds: dict[str, MMAKind]
-    native: list[NativeCombo] = Field(default_factory=list)
+    source: Text
+    kinds: dict[ShortText, MMAKind] = Field(max_length=256)
+    native: list[NativeCombo] = Field(default_factory=list, max_length=256)
 
     @model_validator(mode="after")
     def _check(self) -> "HWSpec":
