@@ -27,6 +27,7 @@ import numpy as np
 
 import fp4lab
 from fp4lab.quantized import QuantizedTensor
+from fp4lab.errors import InputError
 
 EPS = 1e-12
 CLIP_RTOL = 2.0**-20
@@ -41,16 +42,34 @@ def _np(a: Any) -> np.ndarray:
 def _pair(x: Any, xhat: Any) -> tuple[np.ndarray, np.ndarray]:
     x64, y64 = _np(x).astype(np.float64).ravel(), _np(xhat).astype(np.float64).ravel()
     if _np(x).shape != _np(xhat).shape:
-        raise ValueError(f"metrics: shapes differ: reference {_np(x).shape}, quantized {_np(xhat).shape}")
+        raise InputError(f"metrics: shapes differ: reference {_np(x).shape}, quantized {_np(xhat).shape}")
     keep = np.isfinite(x64)
     return (x64, y64) if keep.all() else (x64[keep], y64[keep])
 
 
+def _sums(x: Any, xhat: Any) -> tuple[float, float, float]:
+    """float64 (<x, x>, <xhat, x>, ||xhat - x||^2) over the finite elements of ``x``. Two torch tensors on one
+    device are summed there (no host copy: training diagnostics run on the GPU), anything else with numpy."""
+    if type(x).__module__.startswith("torch") and type(xhat).__module__.startswith("torch") \
+            and x.device == xhat.device:
+        import torch
+
+        if tuple(x.shape) != tuple(xhat.shape):
+            raise InputError(f"metrics: shapes differ: reference {tuple(x.shape)}, quantized {tuple(xhat.shape)}")
+        a, b = x.detach().reshape(-1).double(), xhat.detach().reshape(-1).double()
+        keep = torch.isfinite(a)
+        if not bool(keep.all()):
+            a, b = a[keep], b[keep]
+        d = b - a
+        return tuple(float(v) for v in torch.stack([a @ a, b @ a, d @ d]).tolist())  # type: ignore[return-value]
+    a, b = _pair(x, xhat)
+    return float(np.dot(a, a)), float(np.dot(b, a)), float(np.dot(b - a, b - a))
+
+
 def nmse(x: Any, xhat: Any) -> float:
     """``||xhat - x||^2 / ||x||^2`` (float64; NaN if ``x`` is all zero)."""
-    a, b = _pair(x, xhat)
-    den = float(np.dot(a, a))
-    return float(np.dot(b - a, b - a)) / den if den > 0 else float("nan")
+    den, _, err = _sums(x, xhat)
+    return err / den if den > 0 else float("nan")
 
 
 def sqnr_db(x: Any, xhat: Any) -> float:
@@ -61,9 +80,16 @@ def sqnr_db(x: Any, xhat: Any) -> float:
 
 def alpha(x: Any, xhat: Any) -> float:
     """Attenuation factor ``<xhat, x> / ||x||^2`` (paper Eq. 3)."""
-    a, b = _pair(x, xhat)
-    den = float(np.dot(a, a))
-    return float(np.dot(b, a)) / den if den > 0 else float("nan")
+    den, dot, _ = _sums(x, xhat)
+    return dot / den if den > 0 else float("nan")
+
+
+def alpha_sqnr_db(x: Any, xhat: Any) -> tuple[float, float]:
+    """(``alpha``, ``sqnr_db``) from one pass over the pair."""
+    den, dot, err = _sums(x, xhat)
+    if not den > 0:
+        return float("nan"), float("nan")
+    return dot / den, (float("inf") if err == 0 else float(-10.0 * np.log10(err / den)))
 
 
 def element_scales(qt: QuantizedTensor) -> np.ndarray:
@@ -193,7 +219,7 @@ def measure(x_basis: Any, qt: QuantizedTensor, xhat: Any | None = None) -> Tenso
     x = _np(x_basis)
     y = _np(fp4lab.dequantize(qt, rotated=True)) if xhat is None else _np(xhat)
     if x.shape != y.shape:
-        raise ValueError(f"metrics: shapes differ: reference {x.shape}, quantized {y.shape}")
+        raise InputError(f"metrics: shapes differ: reference {x.shape}, quantized {y.shape}")
     xf, yf = x.reshape(-1), y.reshape(-1)
     codes = _np(qt.codes).reshape(-1)
     s32 = _expanded_scales32(qt)

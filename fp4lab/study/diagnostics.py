@@ -61,7 +61,7 @@ def operand_alpha(layer: QuantLinear, t: torch.Tensor, operand: str, gemm: str, 
     ref = t.detach().float()
     if st.fmt(operand) is not None and gemm in st.recipe.rht:
         ref = fp4lab.rht(ref, size=st.recipe.rht_size, seed=st.rht_seed, axis=-1 if along == "k" else 0)
-    return metrics.alpha(ref, q), metrics.sqnr_db(ref, q)
+    return metrics.alpha_sqnr_db(ref, q)  # float64 sums on the tensors' device
 
 
 def _save(directory: Path, name: str, operand: str, t: torch.Tensor) -> None:
