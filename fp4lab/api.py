@@ -185,12 +185,22 @@ def rht(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = F
     return out
 
 
-def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
-    """fp32 ``A @ B.T`` of quantized CUDA tensors qa [M, K] and qb [N, K] (same format, blocked along K).
+def _on_cuda(q: Any) -> bool:
+    return isinstance(q, QuantizedTensor) and _is_torch(q.codes) and q.codes.is_cuda
 
-    ``exact``: one Triton kernel decoding tiles in registers, fp32 accumulation in ascending K (see
-    ``fp4lab.kernels.gemm``); ``fast``: Triton dequantize to bf16, then cuBLAS.
+
+def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
+    """fp32 ``A @ B.T`` of quantized tensors qa [M, K] and qb [N, K] (same format, blocked along K).
+
+    CUDA operands: ``exact`` is one Triton kernel decoding tiles in registers, fp32 accumulation in ascending K
+    (see ``fp4lab.kernels.gemm``); ``fast`` is Triton dequantize to bf16, then cuBLAS. CPU operands (numpy or CPU
+    torch): ``exact`` emulates that kernel bit for bit, ``fast`` is a float32 dequantize + matmul
+    (``fp4lab.cpu_gemm``).
     """
+    if not (_on_cuda(qa) or _on_cuda(qb)):
+        from fp4lab.cpu_gemm import gemm_cpu
+
+        return gemm_cpu(qa, qb, mode=mode)
     from fp4lab.kernels.api import gemm as gemm_triton
 
     return gemm_triton(qa, qb, mode=mode)

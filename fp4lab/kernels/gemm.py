@@ -22,6 +22,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
+from fp4lab.kernels.params import gemm_plan  # host-side (no triton), shared with fp4lab.cpu_gemm
 from fp4lab.kernels.tile import decode_elements, decode_scale, grouped_tile
 
 
@@ -82,23 +83,6 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
     if TWO_LEVEL:
         acc = (acc * tl.load(tsa_ptr)) * tl.load(tsb_ptr)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=mm[:, None] & mn[None, :])
-
-
-def gemm_plan(fmt) -> str:
-    """'fold', 'perblock' or 'none' (exact mode unavailable): see the module docstring."""
-    from fp4lab.kernels.params import bf16_exact, scaled_values_bf16_exact
-
-    vals = fmt.element.values.astype(np.float32)
-    if not bf16_exact(vals):
-        return "none"
-    if scaled_values_bf16_exact(fmt):
-        return "fold"
-    fin = vals[np.isfinite(vals)].astype(np.float64)
-    q = next((2.0 ** e for e in range(7, -25, -1) if np.all(np.mod(fin, 2.0 ** e) == 0)), None)
-    if q is None or fmt.block.is_2d:
-        return "none"
-    bound = fmt.block_size * float(np.max(np.abs(fin))) ** 2 / (q * q)
-    return "perblock" if bound < 2**24 and fmt.block_size >= 16 else "none"
 
 
 def _fp32_mm(a, b):

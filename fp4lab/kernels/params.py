@@ -375,6 +375,21 @@ def scaled_values_bf16_exact(fmt: QuantFormat) -> bool:
     return bf16_exact(prod.astype(F32)) and bool(np.array_equal(prod.astype(F32), prod))
 
 
+def gemm_plan(fmt: QuantFormat) -> str:
+    """'fold', 'perblock' or 'none' (no exact GEMM) for the exact GEMM kernel: see ``fp4lab.kernels.gemm``."""
+    vals = fmt.element.values.astype(np.float32)
+    if not bf16_exact(vals):
+        return "none"
+    if scaled_values_bf16_exact(fmt):
+        return "fold"
+    fin = vals[np.isfinite(vals)].astype(np.float64)
+    q = next((2.0 ** e for e in range(7, -25, -1) if np.all(np.mod(fin, 2.0 ** e) == 0)), None)
+    if q is None or fmt.block.is_2d:
+        return "none"
+    bound = fmt.block_size * float(np.max(np.abs(fin))) ** 2 / (q * q)
+    return "perblock" if bound < 2**24 and fmt.block_size >= 16 else "none"
+
+
 def element_decode_kind(fmt: QuantFormat) -> tuple[int, int, int, int, float]:
     """(kind, e_bits, m_bits, bias, step) for in-register decoding of element codes (dequantize, GEMM):
     kind 0 sign-magnitude float without specials, 1 two's-complement int times step, 2 table lookup."""
