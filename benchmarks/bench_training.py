@@ -3,7 +3,8 @@
     python benchmarks/bench_training.py --json out.json            # everything (H200: a few minutes)
     python benchmarks/bench_training.py --quick                    # fewer repeats, one shape
 
-1. ``QuantLinear`` forward + backward per built-in recipe (bf16 activations and parameters) at 16384 tokens for
+1. ``QuantLinear`` forward + backward per built-in recipe (bf16 activations and parameters; ``mxfp4-fp8`` on
+   FP8 tensor-core GEMMs, with its count of operand rows that took the bf16 path) at 16384 tokens for
    4096 -> 4096 and 4096 -> 14336, against ``nn.Linear`` in bf16 (cuBLAS), the naive PyTorch fake-quant of the
    same recipe (benchmarks/naive_fakequant.py) and, for ufp4, its ``torch.compile``'d version; plus the
    time of the recipe's fake-quant kernels alone (what the GEMMs do not explain).
@@ -91,6 +92,8 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
             layer.weight.copy_(ref.weight)
         row = {"ms": timed(linear_step(layer, x, dy), iters, repeats)}
         row["vs_bf16"] = row["ms"] / base
+        if r.gemm_dtype.startswith("fp8"):  # operand rows on the FP8 path and those that took the bf16 path
+            row["fp8_stats"] = layer.fp8_stats
         naive = _Naive(layer.weight, r, _bf16_fq)
         row["naive_ms"] = timed(linear_step(naive, x, dy), max(iters // 4, 1), repeats)
         row["naive_over_ours"] = row["naive_ms"] / row["ms"]

@@ -6,6 +6,7 @@
     python examples/pretrain.py study study/plan.toml --max-minutes 25      # run what is missing, then stop
     python examples/pretrain.py study study/plan.toml --status              # what is done / partial / missing
     python examples/pretrain.py summarize study/runs --dest docs/results    # CSV, JSON, markdown and PNG plots
+    torchrun --nproc_per_node 2 examples/pretrain.py train --size middle --recipe ufp4 --out runs/m --ddp  # or --fsdp
 
 Every command is resumable: a run folder with a checkpoint continues where it stopped. docs/study.md explains
 the files, the metric and how to run the study in 30-minute parts.
@@ -14,6 +15,7 @@ the files, the metric and how to run the study in 30-minute parts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import tomllib
@@ -85,7 +87,19 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parallel(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields given by --ddp / --fsdp and --fsdp-params."""
+    given = {"parallel": args.parallel, "fsdp_params": args.fsdp_params}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _main_rank() -> bool:
+    """Whether this process prints: not a rank other than 0 of torchrun."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    from fp4lab.study.distributed import shutdown
     from fp4lab.study.train import TrainConfig, train
 
     fields: dict[str, Any] = {}
@@ -98,10 +112,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     fields["out"] = args.out
     fields["progress"] = not args.no_progress
     fields["keep_checkpoint"] = not args.drop_checkpoint
-    cfg = TrainConfig.from_dict(fields)
+    cfg = TrainConfig.from_dict({**fields, **_parallel(args)})
     deadline = None if args.max_minutes is None else time.monotonic() + 60 * args.max_minutes
-    result = train(cfg, deadline=deadline)
-    print(f"{result.status} at step {result.step}: {result.out}")
+    try:
+        result = train(cfg, deadline=deadline)
+    finally:
+        shutdown()
+    if _main_rank():
+        print(f"{result.status} at step {result.step}: {result.out}")
     return 0
 
 
@@ -124,11 +142,25 @@ def _table(rows: list[tuple]) -> None:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from fp4lab.study.distributed import setup, shutdown
     from fp4lab.study.driver import load_plan, run_plan, select, statuses
+    from fp4lab.study.train import resolve_device
 
     runs = select(load_plan(args.plan, args.out), args.sizes, args.recipes, args.seeds, args.shard)
+    runs = [replace(r, cfg=replace(r.cfg, **_parallel(args))) for r in runs]
     if not args.status:
-        run_plan(runs, max_minutes=args.max_minutes, progress=not args.no_progress)
+        try:
+            spread = [r.cfg for r in runs if r.cfg.parallel != "none"]
+            if spread:  # the process group first, so that the ranks agree on the deadline before the first run
+                setup(spread[0].parallel, resolve_device(spread[0].device), spread[0].fsdp_params)
+            run_plan(runs, max_minutes=args.max_minutes, progress=not args.no_progress,
+                     say=print if _main_rank() else (lambda text: None))
+        finally:
+            shutdown()
+    if not _main_rank():
+        return 0
     rows = statuses(runs)
     _table(rows)
     left = sum(1 for _, s, _ in rows if s != "done")
@@ -145,6 +177,16 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     print((Path(dest) / "summary.md").read_text(), end="")
     print(f"{len(s['runs'])} runs; files in {dest}")
     return 0
+
+
+def _parallel_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ddp", dest="parallel", action="store_const", const="ddp", default=None,
+                   help="data-parallel over torchrun's processes with DDP (--batch is the global batch)")
+    g.add_argument("--fsdp", dest="parallel", action="store_const", const="fsdp",
+                   help="data-parallel over torchrun's processes with FSDP2 (fully_shard per block)")
+    p.add_argument("--fsdp-params", choices=("bf16", "fp32"), default=None,
+                   help="FSDP2 parameter dtype in forward and backward (default bf16; gradients reduced in fp32)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -174,6 +216,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-minutes", type=float, help="start no step after this many minutes; checkpoint and stop")
     p.add_argument("--drop-checkpoint", action="store_true", help="delete the checkpoint when the run is done")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _parallel_args(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("init", help="write the default study plan and its recipe files",
@@ -194,6 +237,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_ints, help="only these seeds (comma-separated)")
     p.add_argument("--status", action="store_true", help="show what is done, partial or missing; run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _parallel_args(p)
     p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("summarize", help="tables, paired statistics and plots of a study's runs",

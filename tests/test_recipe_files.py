@@ -19,13 +19,13 @@ OK = 'name = "mine"\nformat = "ufp4"\n'
 
 BAD = {
     "bad_toml": ('name = "x"\nformat = "ufp4\n', "not valid TOML"),
-    "unknown_field": (OK + "colour = 1\n", "colour: Extra inputs are not permitted"),
+    "unknown_field": (OK + "colour = 1\n", "unknown field 'colour'"),
     "unknown_format": ('name = "x"\nformat = "no-such-format"\n', "format: unknown format 'no-such-format'"),
     "unknown_weight_format": (OK + 'weight_format = "nvfp5"\n', "weight_format: unknown format 'nvfp5'"),
     "sr_bits": (OK + "sr_bits = 7\n", "sr_bits: Input should be 4, 8, 16 or 24"),
     "rht_size": (OK + "rht_size = 24\n", "rht_size: Input should be 16, 32, 64, 128 or 256"),
     "wrong_type": (OK + 'rht = "wgrad"\n', "rht: Input should be a valid list"),
-    "gemm_dtype": (OK + 'gemm_dtype = "fp16"\n', "gemm_dtype: Input should be 'bf16' or 'fp32'"),
+    "gemm_dtype": (OK + 'gemm_dtype = "fp16"\n', "gemm_dtype: Input should be 'bf16', 'fp32', 'fp8' or 'fp8-fast'"),
     "empty_pattern": (OK + 'high_precision = ["lm_head", ""]\n', "high_precision.1: String should have at least"),
     "sr_without_format": ('name = "x"\n', "format: required when sr is set"),
     "rht_without_format": ('name = "x"\nsr = []\nrht = ["wgrad"]\n', "format: required when rht is set"),
@@ -42,12 +42,13 @@ def test_builtin_file_loads_and_round_trips(name, tmp_path):
 
 
 def test_builtin_registry_contents():
-    assert list_recipes() == ["bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4"] == list(BUILTIN_RECIPES)
+    assert list_recipes() == ["bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8"] == list(BUILTIN_RECIPES)
     assert sorted(p.stem for p in BUILTIN_DIR.glob("*.toml")) == sorted(list_recipes())
     assert BUILTIN_RECIPES["bf16"].sr_bits == 24 and BUILTIN_RECIPES["bf16"].format is None
     for name in list_recipes()[1:]:
         r = BUILTIN_RECIPES[name]
-        assert (r.sr_bits, r.gemm_dtype, r.rht_signs, r.high_precision, r.sr) == (16, "bf16", "fixed", [], ["dy"])
+        gemm = "fp8" if name == "mxfp4-fp8" else "bf16"
+        assert (r.sr_bits, r.gemm_dtype, r.rht_signs, r.high_precision, r.sr) == (16, gemm, "fixed", [], ["dy"])
     assert BUILTIN_RECIPES["mxfp4"].rht_size == 32 and BUILTIN_RECIPES["ufp4"].rht == ["fprop", "dgrad", "wgrad"]
     assert [BUILTIN_RECIPES["nvfp4"].format_of(op) for op in ("x", "w", "dy")] == ["nvfp4", "nvfp4-2d", "nvfp4"]
 
@@ -80,7 +81,7 @@ def test_unknown_recipe_name_suggests_the_closest():
     msg = str(info.value)
     assert isinstance(info.value, LookupError) and isinstance(info.value, ValueError)
     assert "\n" not in msg and msg.startswith("unknown recipe 'ufp'") and "did you mean 'ufp4'" in msg
-    assert msg.endswith("built-in recipes: bf16, e2m1-ref, ufp4, nvfp4, mxfp4")
+    assert msg.endswith("built-in recipes: bf16, e2m1-ref, ufp4, nvfp4, mxfp4, mxfp4-fp8")
     with pytest.raises(UnknownRecipeError) as info:
         get_recipe("zzzz")
     assert "did you mean" not in str(info.value)

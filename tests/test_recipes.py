@@ -216,7 +216,7 @@ def test_quantize_model_patterns_and_unfit_layers():
 
 
 def test_recipe_validation_and_lookup():
-    assert set(BUILTIN_RECIPES) == {"bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4"}
+    assert set(BUILTIN_RECIPES) == {"bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8"}
     assert get_recipe("nvfp4").format_of("w") == "nvfp4-2d"
     with pytest.raises(ValueError, match="unknown recipe 'x'"):
         get_recipe("x")

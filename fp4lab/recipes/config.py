@@ -14,6 +14,8 @@ Recipes are TOML (or JSON) files; the built-ins live in ``fp4lab/recipes/builtin
 from __future__ import annotations
 
 import difflib
+import math
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
@@ -22,11 +24,34 @@ from pydantic import Field, field_validator, model_validator
 
 from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
+from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
 from fp4lab.formats.spec_io import load_model, model_to_toml
 
+FP8_GEMM_DTYPES = ("fp8", "fp8-fast")
+
 Gemm = Literal["fprop", "dgrad", "wgrad"]
 Operand = Literal["x", "w", "dy"]
+
+
+def fp8_disqualification(fmt: QuantFormat) -> str | None:
+    """Why format ``fmt`` (a QuantFormat) cannot feed FP8 GEMMs exactly, or None when it qualifies."""
+    if fmt.scale is None or fmt.scale.kind != "pow2":
+        kind = "none" if fmt.scale is None else f"'{fmt.scale.name}'"
+        return f"its block scale is {kind}, not a power of two (E8M0)"
+    if fmt.tensor_scale != "none":
+        return f"it has a tensor scale ('{fmt.tensor_scale}')"
+    for v in fmt.element.values:
+        if not math.isfinite(v):
+            return "its element grid has non-finite values"
+        if v and _significant_bits(float(v)) > 4:
+            return f"its element value {float(v)!r} has more than 4 significant bits"
+    return None
+
+
+def _significant_bits(v: float) -> int:
+    n = Fraction(abs(v)).numerator
+    return (n // (n & -n)).bit_length()
 
 
 class Recipe(SpecModel):
@@ -49,12 +74,15 @@ class Recipe(SpecModel):
                               description="Operands quantized with stochastic rounding.")
     sr_bits: Literal[4, 8, 16, 24] = Field(default=24, description="Random bits per element for stochastic "
                                            "rounding.")
-    gemm_dtype: Literal["bf16", "fp32"] = Field(
+    gemm_dtype: Literal["bf16", "fp32", "fp8", "fp8-fast"] = Field(
         default="bf16", description="dtype of the dequantized GEMM operands. 'bf16': each dequantized value "
         "rounded to bf16 (RTNE; exact when element x block-scale products are bf16 numbers, as for nvfp4 with "
         "its tensor scale folded into the GEMM output, mxfp4 and ufp4-e4m3; one extra rounding for FP32-scaled "
         "formats such as ufp4 and e2m1-b16-fp32) and bf16 tensor-core GEMMs with fp32 accumulation; 'fp32': the "
-        "exact dequantized values and fp32 GEMMs (slow).")
+        "exact dequantized values and fp32 GEMMs (slow); 'fp8' / 'fp8-fast' (power-of-two-scaled formats only): "
+        "the exact dequantized values as E4M3 times a power of two per row, FP8 tensor-core GEMMs with "
+        "row-wise scales, accumulation promoted to fp32 by the GEMM kernel ('fp8') or kept in the tensor cores' "
+        "accumulator ('fp8-fast'); rows that are not exactly E4M3 times a power of two take the bf16 path.")
     high_precision: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="fnmatch-style patterns of qualified module names (as from "
         "model.named_modules(), e.g. 'lm_head', 'layers.0.*', '*.head') whose linear layers stay in high "
@@ -92,6 +120,18 @@ class Recipe(SpecModel):
                                      f"2-D tiles, which rotate along the last axis only")
         return self
 
+    @model_validator(mode="after")
+    def _fp8_formats_qualify(self) -> "Recipe":
+        if self.gemm_dtype in FP8_GEMM_DTYPES:
+            for op in ("x", "w", "dy"):
+                f = self.format_of(op)
+                why = "operands without a format are not 4-bit" if f is None else fp8_disqualification(get_format(f))
+                if why:
+                    raise ValueError(f"gemm_dtype: '{self.gemm_dtype}' needs power-of-two-scaled formats (E8M0 "
+                                     f"block scales, elements of at most 4 significant bits); operand {op}"
+                                     f"{'' if f is None else f' (format {f!r})'}: {why}")
+        return self
+
     def format_of(self, operand: Operand) -> str | None:
         """Format name used to quantize ``operand`` (None: bf16)."""
         if operand == "w" and self.weight_format:
@@ -102,7 +142,7 @@ class Recipe(SpecModel):
 
 
 # Built-ins in display order; every name has a file ``builtin/<name>.toml``.
-BUILTIN_NAMES: tuple[str, ...] = ("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4")
+BUILTIN_NAMES: tuple[str, ...] = ("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8")
 
 
 def load_recipe(path: str | Path) -> Recipe:

@@ -12,7 +12,9 @@ Operands are the recipe's formats, dequantized in the rotated basis (the two rot
 to the unrotated product). Two-level formats (NVFP4) leave their tensor scales out of the operands, whose
 element x block-scale products are then exact in bf16, and multiply the GEMM's fp32-accumulated output by
 ``ts_a * ts_b`` instead. Stochastic rounding draws from a Philox key per (layer, step, operand use)
-(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits.
+(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits. Under data parallelism a
+``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the rows of the global batch
+they are, so the bits equal those of one process over the global batch.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import torch
 from fp4lab.errors import InputError
 from fp4lab.formats.registry import get_format
 from fp4lab.kernels.fakequant_launch import Blocking
-from fp4lab.recipes import streams
-from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe
+from fp4lab.recipes import fp8_gemm, streams
+from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, get_recipe
 from fp4lab.recipes.operands import fake_quant_operands
 
 
@@ -39,9 +41,12 @@ class _LayerState:
         self.stream = stream
         self.step = 0
         self.seed_slots: list[Any] | None = None  # per use, 1-element int64 device tensors (DeviceStreams)
+        self.tokens: TokenShard | None = None  # this rank's rows of a data-parallel batch (set_token_shard)
         self.rht_seed = streams.rht_seed_for(stream, recipe.rht_seed, recipe.rht_signs)
         self.formats = {op: (None if recipe.format_of(op) is None else get_format(recipe.format_of(op)))
                         for op in ("x", "w", "dy")}
+        self.fp8 = recipe.gemm_dtype in FP8_GEMM_DTYPES
+        self.fp8_counts = {g: [0, 0] for g in ("fprop", "dgrad", "wgrad")}  # [operand rows, rows on bf16 path]
 
     def fmt(self, operand: Operand) -> Any:
         return self.formats[operand]
@@ -66,7 +71,19 @@ class _LayerState:
         return f is not None and f.tensor_scale != "none"
 
     def operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None, m_gemm: Gemm | None) -> tuple:
-        """(along K, along M, ts_k, ts_m) of operand ``t`` for the GEMMs that block it along K / along M."""
+        """(along K, along M, ts_k, ts_m) of operand ``t`` for the GEMMs that block it along K / along M; with a
+        token shard, X and dY that round stochastically or have a tensor scale are quantized as the global
+        batch's operand, of which this rank keeps its rows."""
+        fmt = self.formats[operand]
+        if operand == "w" and not t.is_cuda:
+            t = t.detach().clone()  # the CPU emulator reads through numpy, which pins the storage: FSDP2 frees it
+        if self.tokens is not None and operand != "w" and fmt is not None \
+                and (operand in self.recipe.sr or fmt.tensor_scale != "none"):
+            yk, ym, ts_k, ts_m = self._operands(self.tokens.gather(t), operand, k_gemm, m_gemm)
+            return self.tokens.rows(yk), self.tokens.rows(ym), ts_k, ts_m
+        return self._operands(t, operand, k_gemm, m_gemm)
+
+    def _operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None, m_gemm: Gemm | None) -> tuple:
         fmt = self.formats[operand]
         if fmt is not None and fmt.block is not None and fmt.block.is_2d and m_gemm is not None:
             # 2-D tiles cover both axes: the along-M operand is the along-K quantization with its own blocking
@@ -75,13 +92,43 @@ class _LayerState:
                                     fold_tensor_scale=self.fold(operand))
             if k_gemm is None:
                 return None, k[0], None, k[2]
-            j = self.operands(t, operand, k_gemm, None)
+            j = self._operands(t, operand, k_gemm, None)
             return j[0], k[0], j[2], k[2]
         return fake_quant_operands(
             t, fmt, self.rounding(operand),
             along_k=None if k_gemm is None else self.blocking(operand, k_gemm),
             along_m=None if m_gemm is None else self.blocking(operand, m_gemm),
             sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype, fold_tensor_scale=self.fold(operand))
+
+
+    def fp8_cpu(self, gemm: Gemm, *ops: tuple[torch.Tensor, bool]) -> list[torch.Tensor]:
+        """CPU: each operand (tensor, its columns are the GEMM rows) rebuilt from its E4M3 operand, counted."""
+        out = []
+        for t, transpose in ops:
+            v, n = fp8_gemm.cpu_operand(t, transpose)
+            self.fp8_counts[gemm][0] += t.shape[1 if transpose else 0]
+            self.fp8_counts[gemm][1] += int(n)
+            out.append(v)
+        return out
+
+    def fp8_cuda(self, gemms: list[tuple]) -> list[torch.Tensor]:
+        """CUDA: ``(gemm, a, a_t, b, b_t, out_dtype, bias)`` -> ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K],
+        B likewise [N, K]; one host synchronization for the unfit-row counts of all of them."""
+        if torch.cuda.is_current_stream_capturing():
+            raise InputError(f"recipe '{self.recipe.name}': gemm_dtype '{self.recipe.gemm_dtype}' synchronizes with "
+                             "the host (rows that do not fit E4M3 take the bf16 path) and cannot be captured in a "
+                             "CUDA graph")
+        ops = [(fp8_gemm.to_e4m3_rows(a, at), fp8_gemm.to_e4m3_rows(b, bt)) for _, a, at, b, bt, _, _ in gemms]
+        n = fp8_gemm.unfit_counts([o for pair in ops for o in pair])
+        fast = self.recipe.gemm_dtype == "fp8-fast"
+        out = []
+        for i, ((gemm, a, at, b, bt, dt, bias), (a8, b8)) in enumerate(zip(gemms, ops)):
+            c = self.fp8_counts[gemm]
+            c[0] += a8.codes.shape[0] + b8.codes.shape[0]
+            c[1] += n[2 * i] + n[2 * i + 1]
+            out.append(fp8_gemm.fp8_gemm(a8, b8, a.t() if at else a, b.t() if bt else b, dt, fast,
+                                         (n[2 * i], n[2 * i + 1]), bias))
+        return out
 
 
 def _scale(ts_a: Any, ts_b: Any) -> Any:
@@ -119,6 +166,10 @@ class _QuantLinearFunction(torch.autograd.Function):
         wk, _, ts_wk, _ = state.operands(weight, "w", "fprop", None)
         ctx.save_for_backward(xm, weight, ts_xm)
         ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
+        if state.fp8 and xk.is_cuda:
+            return state.fp8_cuda([("fprop", xk, False, wk, False, x.dtype, bias)])[0]
+        if state.fp8:
+            xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
         return _mm(xk, wk.t(), x.dtype, _scale(ts_xk, ts_wk), bias)
 
     @staticmethod
@@ -131,11 +182,24 @@ class _QuantLinearFunction(torch.autograd.Function):
             dyn, dym, ts_dyn, ts_dym = state.operands(dy.contiguous(), "dy", "dgrad" if need_x else None,
                                                       "wgrad" if need_w else None)
             dx = dw = db = None
+            wn = ts_wn = None
             if need_x:
                 _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
-                dx = _mm(dyn, wn, ctx.x_dtype, _scale(ts_dyn, ts_wn))
-            if need_w:
-                dw = _mm(dym.t(), xm, weight.dtype, _scale(ts_dym, ts_xm))
+            if state.fp8 and dy.is_cuda:
+                gemms = ([("dgrad", dyn, False, wn, True, ctx.x_dtype, None)] if need_x else []) + (
+                    [("wgrad", dym, True, xm, True, weight.dtype, None)] if need_w else [])
+                res = state.fp8_cuda(gemms)
+                dx = res.pop(0) if need_x else None
+                dw = res.pop(0) if need_w else None
+            else:
+                if state.fp8 and need_x:
+                    dyn, wn = state.fp8_cpu("dgrad", (dyn, False), (wn, True))
+                if state.fp8 and need_w:
+                    dym, xm = state.fp8_cpu("wgrad", (dym, True), (xm, True))
+                if need_x:
+                    dx = _mm(dyn, wn, ctx.x_dtype, _scale(ts_dyn, ts_wn))
+                if need_w:
+                    dw = _mm(dym.t(), xm, weight.dtype, _scale(ts_dym, ts_xm))
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 db = dy.sum(0)
         finally:
@@ -168,6 +232,12 @@ class QuantLinear(torch.nn.Linear):
     def step(self, value: int) -> None:
         self._state.step = int(value)
 
+    @property
+    def fp8_stats(self) -> dict[str, dict[str, int]]:
+        """FP8 recipes: per GEMM, the operand rows (along the reduction axis) converted so far and how many of
+        them did not fit E4M3 times a power of two (their GEMM rows/columns took the bf16 path)."""
+        return {g: {"rows": c[0], "bf16_rows": c[1]} for g, c in self._state.fp8_counts.items()}
+
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
                     name: str | None = None) -> "QuantLinear":
@@ -196,6 +266,48 @@ class QuantLinear(torch.nn.Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}"
+
+
+class TokenShard:
+    """This process's rows of a data-parallel batch: the global operand [world * m, C] of a layer is the ranks'
+    [m, C] operands concatenated in rank order over the process group ``group`` (rank r holds global rows
+    r*m .. r*m + m - 1; every rank the same m). A layer with a shard all-gathers an X or dY that rounds
+    stochastically or has a tensor scale, quantizes the global operand and keeps its rows: each element draws
+    the SR bits of its global position (Philox counter = element index in the global operand) and tensor scales
+    are the global batch's. Other operands quantize locally with the same bits: W is whole on every rank, and the
+    blocks and RHT blocks of X and dY along M (tokens) fit in one rank's rows when m is a multiple of their size
+    (QuantLinear checks m). Cost: per such operand an all-gather and a quantization of the global operand."""
+
+    def __init__(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """The global operand: ``t`` [m, C] of every rank, in rank order."""
+        import torch.distributed as dist
+
+        t = t.contiguous()
+        out = t.new_empty((self.world * t.shape[0], *t.shape[1:]))
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # (renamed in torch 2.13)
+        gather(out, t, group=self.group)
+        return out
+
+    def rows(self, y: Any) -> Any:
+        """A copy of this rank's rows of a global operand (None stays None): a saved operand holds no more."""
+        if y is None:
+            return None
+        m = y.shape[0] // self.world
+        return y[self.rank * m:(self.rank + 1) * m].clone()
+
+
+def set_token_shard(model: torch.nn.Module, shard: TokenShard | None) -> None:
+    """Give every ``QuantLinear`` of ``model`` the data-parallel shard ``shard`` (None: one process's batch)."""
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            m._state.tokens = shard
 
 
 class DeviceStreams:

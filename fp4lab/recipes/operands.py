@@ -3,7 +3,8 @@
 
 CUDA tensors go through the fused Triton kernel (one read of the tensor for both blockings); CPU tensors through
 the numba emulator. Both give the bits of ``fp4lab.emulator.fakequant.fake_quantize_reference``: the dequantized
-values in the rotated basis, rounded to bf16 (``gemm_dtype = "bf16"``) or exact in fp32 (``"fp32"``).
+values in the rotated basis, rounded to bf16 (``gemm_dtype = "bf16"``, and the FP8 dtypes, whose GEMMs convert
+these operands) or exact in fp32 (``"fp32"``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ TRITON_ON_CPU = False  # tests: route CPU tensors through the Triton kernels too
 
 
 def gemm_torch_dtype(gemm_dtype: str) -> torch.dtype:
-    return torch.bfloat16 if gemm_dtype == "bf16" else torch.float32
+    """dtype of the fake-quantized operands: fp32 for ``"fp32"``, else bf16 (the FP8 GEMM dtypes convert the
+    bf16 operands, exact for their power-of-two-scaled formats, to E4M3: ``fp4lab.recipes.fp8_gemm``)."""
+    return torch.float32 if gemm_dtype == "fp32" else torch.bfloat16
 
 
 def fake_quant_operands(t: torch.Tensor, fmt: QuantFormat | None, rounding: str | None, *, along_k: Blocking | None,
@@ -57,7 +60,8 @@ def fake_quant_operands(t: torch.Tensor, fmt: QuantFormat | None, rounding: str 
         seed = spec.seed if isinstance(spec.seed, int) else int(spec.seed.item())  # DeviceStreams slot
         with np.errstate(all="ignore"):
             v, ts = fake_quantize_emulated(x, fmt, rounding, seed, axis, spec.rht, spec.rht_seed, sr_bits,
-                                           gemm_dtype, apply_tensor_scale=not fold_tensor_scale)
+                                           "fp32" if gemm_dtype == "fp32" else "bf16",
+                                           apply_tensor_scale=not fold_tensor_scale)
         out.append(torch.from_numpy(v).to(dt))
         scales.append(torch.tensor([ts], dtype=torch.float32) if (fold_tensor_scale and ts is not None) else None)
     return out[0], out[1], scales[0], scales[1]

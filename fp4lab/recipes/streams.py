@@ -11,6 +11,10 @@ training forward passes. ``mix`` is the splitmix64 finalizer (a bijection of 64-
 (stream, step, use) give different keys except with probability about 2^-62 per pair. The top bit pattern
 ``2^62 | ...`` keeps every key in [2^62, 2^63): one signed 64-bit kernel argument type for all of them.
 RHT signs: ``rht_seed`` for every layer ("fixed"), or ``mix(stream ^ rht_seed) mod 2^62`` ("per_layer").
+Keys and signs depend on names, steps and uses only, so they are the same on every rank of a data-parallel run;
+there the element index of an X or dY element is its index in the global batch's operand (the ranks' rows
+concatenated in rank order, ``fp4lab.recipes.linear.TokenShard``), so no two ranks draw the same bits and the
+bits equal those of one process over the global batch.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ group, then size, then seed, then recipe, so that an interrupted study has whole
 in several groups keeps its first position and takes the settings of its last group. ``run_plan`` skips finished
 runs, resumes partial ones from their checkpoints, starts missing ones, and stops cleanly (checkpoint written)
 when ``max_minutes`` have passed; ``shard = (i, n)`` takes runs i, i + n, i + 2n, ... of the ordered list, one
-process per GPU.
+process per GPU. Under torchrun (runs with ``parallel = "ddp"`` or ``"fsdp"``) every rank walks the same list and
+the ranks agree on the deadline, so each run is trained by all ranks together.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Callable
 from fp4lab.errors import InputError
 from fp4lab.recipes import BUILTIN_RECIPES, get_recipe
 from fp4lab.study.data import Corpus, load_corpus
+from fp4lab.study.distributed import any_rank
 from fp4lab.study.train import TrainConfig, run_status, train
 
 PLAN_KEYS = frozenset({"out", "train", "sizes", "runs"})
@@ -142,7 +144,8 @@ def run_plan(runs: list[Run], max_minutes: float | None = None, progress: bool =
     result = []
     for k, run in enumerate(runs):
         status = run_status(run.cfg.out)
-        if status != "done" and (deadline is None or time.monotonic() < deadline):
+        late = any_rank(deadline is not None and time.monotonic() >= deadline)  # the ranks of torchrun agree
+        if status != "done" and not late:
             key = (run.cfg.corpus, run.cfg.corpus_glob, run.cfg.heldout_every)
             if key not in corpora:
                 corpora[key] = load_corpus(*key)

@@ -12,7 +12,8 @@ Files in the run folder ``cfg.out``:
 * ``metrics.csv`` / ``metrics.json``: one row per evaluation (``logs.METRIC_COLUMNS``): ``train_loss`` is the
   mean training loss of the steps since the previous evaluation, ``heldout_loss`` the loss on the fixed held-out
   windows (model in eval mode: quantized forward GEMMs, no SR draws), ``tokens_per_s`` the training throughput of
-  the interval (evaluation excluded), ``elapsed_s`` the run's wall time over all its sessions;
+  the interval (evaluation excluded; the steps that run alpha diagnostics or captures included), ``elapsed_s``
+  the run's wall time over all its sessions;
 * ``alpha.csv``: attenuation per layer, operand and GEMM every ``diag_every`` steps (``fp4lab.study.diagnostics``);
 * ``captures/step_<step>/<layer>.<x|w|dy>.npy``: operands of step ``<step>`` (1-based) of ``capture_layers``
   (X and dY: the first ``capture_rows`` tokens);
@@ -25,6 +26,11 @@ A run folder with a checkpoint resumes from it; rows logged after the checkpoint
 run writes the same rows (on the CPU, the same bits) as an uninterrupted one. Its configuration must agree with
 ``config.json`` except for the fields in ``RUNTIME_FIELDS`` (and recipe or corpus paths, which are compared by
 content).
+
+``parallel = "ddp"`` or ``"fsdp"`` trains data-parallel under torchrun (``fp4lab.study.distributed``): ``batch``
+is the global batch, split over the ranks; rank 0 writes the run folder (``config.json`` also records
+``world_size``); ``tokens_per_s`` counts the tokens of all ranks. Checkpoints keep the one-process format, so a
+run resumes under any mode and number of ranks.
 """
 
 from __future__ import annotations
@@ -46,14 +52,15 @@ import torch.nn.functional as F
 from fp4lab.errors import InputError
 from fp4lab.recipes import get_recipe, recipe_to_toml
 from fp4lab.recipes.linear import quantize_model
-from fp4lab.study import diagnostics
+from fp4lab.study import diagnostics, distributed
 from fp4lab.study.data import Corpus, eval_windows, load_corpus, train_batch
 from fp4lab.study.logs import METRIC_COLUMNS, CsvLog, write_json
 from fp4lab.study.model import GPT, SIZES, GPTConfig
 from fp4lab.study.progress import RunProgress
 
 RUNTIME_FIELDS: tuple[str, ...] = ("out", "progress", "device", "ckpt_every", "keep_checkpoint", "diag_every",
-                                   "capture_steps", "capture_layers", "capture_rows", "recipe", "corpus")
+                                   "capture_steps", "capture_layers", "capture_rows", "recipe", "corpus",
+                                   "parallel", "fsdp_params")
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,8 @@ class TrainConfig:
     heldout_every: int = 20
     device: str = "auto"
     progress: bool = True
+    parallel: str = "none"
+    fsdp_params: str = "bf16"
 
     def gpt(self) -> GPTConfig:
         """The model shape: ``model`` or ``SIZES[size]``."""
@@ -147,6 +156,10 @@ class TrainConfig:
         if m.d_model % m.heads or (m.d_model // m.heads) % 2:
             raise InputError(f"TrainConfig: d_model = {m.d_model} with {m.heads} heads; the head width must be even")
         get_recipe(self.recipe)
+        if self.parallel not in distributed.MODES or self.fsdp_params not in distributed.FSDP_PARAMS:
+            raise InputError(f"TrainConfig: parallel = {self.parallel!r}, fsdp_params = {self.fsdp_params!r}; "
+                             f"expected one of {', '.join(distributed.MODES)} and of "
+                             f"{', '.join(distributed.FSDP_PARAMS)}")
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -242,7 +255,7 @@ def identity(cfg: TrainConfig, corpus: Corpus) -> dict[str, Any]:
     return json.loads(json.dumps(d))
 
 
-def _check_config(run: Path, cfg: TrainConfig, corpus: Corpus, model: GPT) -> None:
+def _check_config(run: Path, cfg: TrainConfig, corpus: Corpus, model: GPT, par: distributed.Parallel) -> None:
     path = run / "config.json"
     ident = identity(cfg, corpus)
     if path.is_file():
@@ -251,8 +264,14 @@ def _check_config(run: Path, cfg: TrainConfig, corpus: Corpus, model: GPT) -> No
             if old.get(key) != ident.get(key):
                 raise InputError(f"train: {run} holds a run with {key} = {old.get(key)!r}, not {ident.get(key)!r}; "
                                  f"use another out folder")
-    write_json(path, {"config": cfg.to_dict(), "identity": ident, "corpus": corpus.describe(),
-                      "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__})
+    par.barrier()  # every rank has read config.json before rank 0 rewrites it
+    if not par.is_main:
+        return
+    meta = {"config": cfg.to_dict(), "identity": ident, "corpus": corpus.describe(),
+            "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
+    if par.mode != "none":
+        meta["world_size"] = par.world
+    write_json(path, meta)
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -263,19 +282,22 @@ def _rng_state(device: torch.device) -> dict[str, Any]:
 
 
 def _save_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, step: int, loop: dict[str, Any],
-                     device: torch.device) -> None:
+                     device: torch.device, par: distributed.Parallel) -> None:
+    msd, osd = par.state_dicts(model, opt)
+    if not par.is_main:
+        return
     layers = {n: m.step for n, m in diagnostics.quant_layers(model)}
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "layer_steps": layers,
-             "loop": loop, "rng": _rng_state(device)}
+    state = {"model": msd, "optimizer": osd, "step": step, "layer_steps": layers, "loop": loop,
+             "rng": _rng_state(device)}
     tmp = run / "checkpoint.pt.tmp"
     torch.save(state, tmp)
     os.replace(tmp, run / "checkpoint.pt")
 
 
-def _load_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, device: torch.device) -> tuple[int, dict]:
+def _load_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, device: torch.device,
+                     par: distributed.Parallel) -> tuple[int, dict]:
     state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)  # loaders move to device
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
+    par.load(model, opt, state["model"], state["optimizer"])
     layers = dict(diagnostics.quant_layers(model))
     for name, step in state["layer_steps"].items():
         layers[name].step = int(step)
@@ -345,64 +367,84 @@ def train(cfg: TrainConfig, deadline: float | None = None, stop_at: int | None =
         return RunResult("done", cfg.steps, run, json.loads((run / "metrics.json").read_text())["rows"])
     run.mkdir(parents=True, exist_ok=True)
     corpus = corpus or load_corpus(cfg.corpus, cfg.corpus_glob, cfg.heldout_every)
-    device = resolve_device(cfg.device)
+    par = distributed.setup(cfg.parallel, resolve_device(cfg.device), cfg.fsdp_params)
+    device = par.device
+    par.local_batch(cfg.batch)
+    if par.mode == "fsdp" and device.type == "cpu" and cfg.fsdp_params == "fp32" \
+            and (cfg.diag_interval or cfg.capture_steps):
+        raise InputError("train: FSDP2 with fp32 parameters on the CPU runs without diagnostics and captures (they "
+                         "read the gathered weights through numpy, which pins the storage that FSDP2 frees); set "
+                         "diag_every = 0 and no capture_steps, or use fsdp_params = 'bf16' or ddp")
     model = build_model(cfg).to(device)
+    net = par.wrap(model)
     opt = make_optimizer(model, cfg)
-    _check_config(run, cfg, corpus, model)
-    step, saved = _load_checkpoint(run, model, opt, device) if run_status(run) == "partial" else (0, {})
-    logs.reset(step)
-    alpha_log.reset(step)
+    _check_config(run, cfg, corpus, model, par)
+    step, saved = _load_checkpoint(run, model, opt, device, par) if run_status(run) == "partial" else (0, {})
+    if par.is_main:
+        logs.reset(step)
+        alpha_log.reset(step)
     windows = torch.from_numpy(eval_windows(corpus.heldout, cfg.eval_tokens, cfg.gpt().seq_len))
     title = f"{cfg.size} {get_recipe(cfg.recipe).name} seed {cfg.seed}"
     loop = _Loop.restore(saved, device)
-    with RunProgress(title, cfg.steps, step, cfg.progress) as bar:
+    with RunProgress(title, cfg.steps, step, cfg.progress and par.is_main) as bar:
         while step < cfg.steps:
-            if (deadline is not None and time.monotonic() >= deadline) or (stop_at is not None and step >= stop_at):
+            if (deadline is not None and par.any(time.monotonic() >= deadline)) \
+                    or (stop_at is not None and step >= stop_at):
                 break
-            loss, alpha_rows = _train_step(model, opt, cfg, corpus, step, device, run)
+            loss, alpha_rows = _train_step(model, opt, cfg, corpus, step, device, run, net, par)
             step += 1
             loop.loss_sum += loss.double()
             loop.loss_steps += 1
-            alpha_log.append(alpha_rows)
+            if par.is_main:
+                alpha_log.append(alpha_rows)
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 _sync(device)
                 interval = loop.interval()
-                row = loop.close(step, cfg, evaluate(model, windows, cfg.batch, device), interval)
-                logs.append([row])
+                with par.whole_batches(model):
+                    heldout = evaluate(model, windows, cfg.batch, device)
+                row = loop.close(step, cfg, heldout, interval)
+                if par.is_main:
+                    logs.append([row])
                 bar.update(step, row["tokens_per_s"], row["train_loss"], row["heldout_loss"])
                 bar.log(f"{title} step {step}: train {row['train_loss']:.4f} held-out {row['heldout_loss']:.4f} "
                         f"{row['tokens_per_s']:,.0f} tok/s")
             else:
-                bar.update(step, loss=float(loss) if step % 10 == 0 else None)
+                bar.update(step, loss=float(loss) if step % 10 == 0 and par.is_main else None)
             if cfg.ckpt_every and step % cfg.ckpt_every == 0 and step < cfg.steps:
-                _save_checkpoint(run, model, opt, step, loop.saved(), device)
-        _save_checkpoint(run, model, opt, step, loop.saved(), device)
+                _save_checkpoint(run, model, opt, step, loop.saved(), device, par)
+        _save_checkpoint(run, model, opt, step, loop.saved(), device, par)
     if step < cfg.steps:
+        par.barrier()
         return RunResult("paused", step, run, logs.rows)
-    write_json(run / "done.json", {"step": step, "final": logs.rows[-1] if logs.rows else None,
-                                   "elapsed_s": loop.elapsed()})
-    if not cfg.keep_checkpoint:
-        (run / "checkpoint.pt").unlink()
+    if par.is_main:
+        write_json(run / "done.json", {"step": step, "final": logs.rows[-1] if logs.rows else None,
+                                       "elapsed_s": loop.elapsed()})
+        if not cfg.keep_checkpoint:
+            (run / "checkpoint.pt").unlink()
+    par.barrier()  # rank 0's files are written before any rank looks at the run folder again
     return RunResult("done", step, run, logs.rows)
 
 
 def _train_step(model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, corpus: Corpus, step: int,
-                device: torch.device, run: Path) -> tuple[torch.Tensor, list[dict[str, Any]]]:
-    """One optimizer step on batch ``step`` (0-based): (its loss, its alpha rows)."""
+                device: torch.device, run: Path, net: torch.nn.Module,
+                par: distributed.Parallel) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+    """One optimizer step on batch ``step`` (0-based) through ``net`` (``model`` or its DDP wrapper), this rank's
+    share of it under ``par``: (the global batch's loss, the alpha rows, from this rank's tokens)."""
     s = step + 1
     lr = lr_at(step, cfg)
     for g in opt.param_groups:
         g["lr"] = lr
-    tokens = torch.from_numpy(train_batch(corpus.train, cfg.seed, step, cfg.batch, cfg.gpt().seq_len)).to(device)
+    batch = par.rows(train_batch(corpus.train, cfg.seed, step, cfg.batch, cfg.gpt().seq_len))
+    tokens = torch.from_numpy(batch).to(device)
     want_alpha = bool(cfg.diag_interval) and s % cfg.diag_interval == 0
-    capture = run / "captures" / f"step_{s:07d}" if s in cfg.capture_steps else None
+    capture = run / "captures" / f"step_{s:07d}" if s in cfg.capture_steps and par.is_main else None
     with diagnostics.watch(model, s, want_alpha, capture, cfg.capture_layers, cfg.capture_rows) as rows:
         with _autocast(device):
-            logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+            logits = net(tokens[:, :-1])
+        loss, logged = par.loss(logits, tokens[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
     if cfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    return loss.detach(), rows
+    return logged, rows
