@@ -42,7 +42,8 @@ def _to_float32_numpy(x: Any, what: str) -> np.ndarray:
         raise InputError(f"{what}: input is a 0-d scalar; give an array with at least one axis")
     if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
         raise InputError(f"{what}: input array has dtype {arr.dtype}; expected float16, float32 or float64")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    with np.errstate(over="ignore"):  # RTNE cast: float64 beyond the float32 range becomes +-Inf, as documented
+        return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def _torch_fields(qt: QuantizedTensor) -> QuantizedTensor:
@@ -102,7 +103,8 @@ def quantize(
 ) -> QuantizedTensor:
     """Quantize ``x`` (numpy array or torch tensor) with format ``fmt`` (name, spec-file path or QuantFormat).
 
-    ``rounding``: None (the format's default), "rtne", "rtna", "rtnz", "rtz" or "sr" (``seed`` drives it).
+    ``rounding``: None (the format's default), "rtne", "rtna", "rtnz", "rtz", "rtp" (toward +Inf), "rtm"
+    (toward -Inf) or "sr" (``seed`` drives it).
     ``rht``: rotate along the blocked axis with ``fp4lab.rht(size=rht, seed=rht_seed)`` before scaling.
     ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
     """

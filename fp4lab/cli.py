@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from fp4lab.errors import Fp4labError
+from fp4lab.errors import Fp4labError, did_you_mean
 
 PLUGIN_MODULES = ("fp4lab.analysis.cli", "fp4lab.hwspec.cli", "fp4lab.kernels.cli", "fp4lab.recipes.cli")
 
@@ -23,13 +23,6 @@ def _console() -> Any:
     from rich.console import Console
 
     return Console(highlight=False)  # rich's highlighter is quadratic in the length of a word
-
-
-def _escape(text: Any) -> str:
-    """``text`` with rich markup escaped: names and descriptions are printed as written, never as markup."""
-    from rich.markup import escape
-
-    return escape(str(text))
 
 
 def _print_json(obj: Any) -> None:
@@ -63,16 +56,19 @@ def cmd_formats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows)
         return 0
-    from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="fp4lab format registry", header_style="bold")
-    for col in ("name", "element", "max", "block", "scale", "rule", "tensor scale", "bits/elem"):
-        table.add_column(col, no_wrap=True)
+    from fp4lab.tables import compact_table, fit, short
+
+    table = compact_table("fp4lab format registry (fp4lab show NAME: levels and bias)",
+                          [("name", "text"), ("element", "key"), ("max", "num"), ("block", "key"), ("scale", "key"),
+                           ("rule", "key"), ("tensor\nscale", "key"), ("bits/\nelement", "num")])
     for r in rows:
-        table.add_row(*(_escape(v) for v in (r["name"], r["element"], f"{r['element_max']:g}", r["block"] or "-",
-                                             r["scale"] or "-", r["scale_rule"], r["tensor_scale"],
-                                             f"{r['bits_per_element']:.4g}")))
-    _console().print(table)
+        table.add_row(*(Text(str(v)) for v in (r["name"], r["element"], short(r["element_max"]), r["block"] or "-",
+                                              r["scale"] or "-", r["scale_rule"], r["tensor_scale"],
+                                              short(r["bits_per_element"]))))
+    con = _console()
+    con.print(fit(table, con))
     return 0
 
 
@@ -126,20 +122,78 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_one(path: str, kind: str) -> str:
-    """The ``ok:`` line of one spec file; raises ``SpecError`` (one line) if it must be refused."""
+MAX_LISTED = 16  # magnitudes spelled out in full; larger grids show their first and last few
+
+
+def _listed(values: list[float]) -> str:
+    from fp4lab.tables import short
+
+    shown = [short(v) for v in values]
+    if len(shown) > MAX_LISTED:
+        shown = shown[:6] + [f"... ({len(values) - 9} more) ..."] + shown[-3:]
+    return " ".join(shown)
+
+
+def grid_text(g: Any) -> str:
+    """One line: the element grid's family, fields (the exponent bias a float grid got, even by default) and
+    levels: magnitudes for sign-symmetric grids, every level otherwise."""
+    if g.kind == "float":
+        default = " (default 2^(e-1) - 1)" if g.bias is None else ""
+        head = (f"float E{g.exponent_bits}M{g.mantissa_bits}, exponent bias {g.exponent_bias}{default}"
+                f"{'' if g.subnormals else ', no subnormals'}{'' if g.specials == 'none' else ', specials ' + g.specials}")
+    elif g.kind == "int":
+        head = f"int{g.bits} ({g.range}), step {g.step:g}"
+    else:
+        head = f"table of {g.n_codes} codes"
+    levels = [float(v) for v in g.levels]
+    mags = sorted({abs(v) for v in levels})
+    symmetric = sorted({-v for v in levels}) == levels
+    what = (f"{len(levels)} levels, magnitudes {_listed(mags)}" if symmetric
+            else f"{len(levels)} levels {_listed(levels)}")
+    return f"{head}: {what} (largest magnitude {_listed([g.amax])})"
+
+
+def twin_note(g: Any) -> str | None:
+    """A warning when the grid shares a built-in grid's name or bit layout but not its values, e.g. a spelled-out
+    ``exponent_bits = 1, mantissa_bits = 2`` (bias 0: up to 3.5) against the built-in ``e1m2`` (bias 1: up to 1.75)."""
+    import numpy as np
+
+    from fp4lab.formats.quant_format import NAMED_GRIDS, QuantFormat
+
+    for name, fields in NAMED_GRIDS.items():
+        same_layout = fields["kind"] == g.kind and (
+            (g.kind == "float" and (fields["exponent_bits"], fields["mantissa_bits"]) == (g.exponent_bits,
+                                                                                       g.mantissa_bits))
+            or (g.kind == "int" and fields["bits"] == g.bits))
+        if not (same_layout or g.name == name):
+            continue
+        ref = QuantFormat(name="ref", element=name).element
+        if np.array_equal(ref.values, g.values, equal_nan=True):
+            continue
+        why = f"exponent bias {ref.exponent_bias}, " if ref.kind == "float" else ""
+        return (f"note: not the built-in grid '{name}' ({why}largest magnitude {_listed([ref.amax])}); "
+                f"write element = \"{name}\" for it")
+    return None
+
+
+def _validate_one(path: str, kind: str) -> list[str]:
+    """The lines printed for one accepted spec file; raises ``SpecError`` (one line) if it must be refused."""
     if kind == "hwspec":
         from fp4lab.hwspec import load_hw
 
         spec = load_hw(path)
-        return f"ok: {path}: hwspec '{spec.name}' ({len(spec.kinds)} kinds)"
+        return [f"ok: {path}: hwspec '{spec.name}' ({len(spec.kinds)} kinds)"]
     from fp4lab.formats import load_format
     from fp4lab.formats.spec_io import smoke_check
+    from fp4lab.tables import short
 
     fmt = load_format(path)
     smoke_check(fmt, path)
-    return (f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
-            f"{fmt.bits_per_element:.4g} bits/element)")
+    lines = [f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
+             f"{short(fmt.bits_per_element)} bits/element)",
+             f"  element: {grid_text(fmt.element)}"]
+    note = twin_note(fmt.element)
+    return lines + ([f"  {note}"] if note else [])
 
 
 def cmd_spec_validate(args: argparse.Namespace) -> int:
@@ -148,7 +202,7 @@ def cmd_spec_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:  # every file is checked, whatever the earlier ones held
         try:
-            line = _validate_one(path, args.kind)
+            lines = _validate_one(path, args.kind)
         except Fp4labError as exc:
             failed += 1
             print(f"error: {exc}", file=sys.stderr)
@@ -157,15 +211,15 @@ def cmd_spec_validate(args: argparse.Namespace) -> int:
             failed += 1
             print(f"error: {path}: unexpected {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
             continue
-        print(line)
+        print("\n".join(lines))
     return 1 if failed else 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.kind == "format":
-        from fp4lab.formats import QuantFormat
+        from fp4lab.formats.schema import format_schema
 
-        schema = QuantFormat.model_json_schema(by_alias=True)
+        schema = format_schema()
     else:
         from fp4lab.hwspec import schema_json
 
@@ -174,9 +228,29 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that reports unknown options with the usage of the subcommand they were given to
+    (argparse hands a subcommand's leftovers up to the top-level parser, whose usage says nothing about them)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(ns, "_extras_parser"):  # the innermost parser that saw them sets it first
+            ns._extras_parser = self
+        return ns, extras
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = getattr(ns, "_extras_parser", self)
+            hints = [did_you_mean(e.split("=")[0], owner._option_string_actions) for e in extras if e.startswith("-")]
+            hint = " ".join(h for h in hints if h)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{' (' + hint + ')' if hint else ''}")
+        return ns
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fp4lab", description="Design 4-bit number formats and emulate the "
-                                     "hardware that runs them, bit for bit.")
+    parser = Parser(prog="fp4lab", description="Design 4-bit number formats and emulate the "
+                    "hardware that runs them, bit for bit.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("formats", help="list the format registry")

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"did you mean 'a' or 'b'?"`` for the choices closest to ``word`` (difflib, at most three), else ``""``."""
+    close = [repr(c) for c in difflib.get_close_matches(str(word), list(choices), n=3)]
+    if not close:
+        return ""
+    return f"did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
+
 
 class Fp4labError(Exception):
     """Base class of all fp4lab errors."""

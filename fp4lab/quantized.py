@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.errors import InputError
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,7 +43,7 @@ class QuantizedTensor:
     def packed(self) -> Any:
         """uint8, two codes per byte along the last axis: element 2i in the low nibble, 2i+1 in the high nibble."""
         if self.fmt.element.bits > 4:
-            raise ValueError(f"packed(): format '{self.fmt.name}' has {self.fmt.element.bits}-bit codes; only <= 4 pack")
+            raise InputError(f"packed(): format '{self.fmt.name}' has {self.fmt.element.bits}-bit codes; only <= 4 pack")
         if isinstance(self.codes, np.ndarray):
             from fp4lab.emulator.pack import pack_nibbles
 
@@ -54,7 +55,7 @@ class QuantizedTensor:
     def swizzled_scale_codes(self) -> Any:
         """Scale codes in the cuBLAS/CUTLASS 128x4 layout (flat), for a 2-D tensor blocked along its last axis."""
         if self.codes.ndim != 2 or self.axis != 1 or self.fmt.block is None or self.fmt.block.is_2d:
-            raise ValueError("swizzled_scale_codes(): needs a 2-D tensor with 1-D blocks along its last axis")
+            raise InputError("swizzled_scale_codes(): needs a 2-D tensor with 1-D blocks along its last axis")
         from fp4lab.emulator.swizzle import swizzle_scales
 
         if isinstance(self.scale_codes, np.ndarray):

@@ -24,8 +24,8 @@ def test_compare_document_keys_and_deltas():
     assert doc["schema"] == "fp4lab.compare/1"
     assert len(doc["results"]) == 8
     json.dumps(doc, allow_nan=False)  # no NaN/Inf leak into JSON
-    keys = {"format", "input", "rht", "sqnr_db", "nmse", "alpha", "bias", "b_eff", "clip_rate", "zero_block_rate",
-            "delta_sqnr_db", "delta_b_eff", "scale_code_histogram"}
+    keys = {"format", "input", "rht", "sqnr_db", "nmse", "alpha", "bias", "bias_amax", "b_eff", "clip_rate",
+            "zero_block_rate", "delta_sqnr_db", "delta_b_eff", "scale_code_histogram"}
     for rec in doc["results"]:
         assert set(rec) == keys
     by = {(r["format"], r["input"], r["rht"]): r for r in doc["results"]}

@@ -97,3 +97,82 @@ def test_verify_mma_runs_the_published_h200_vectors(capsys):
     code, out, _ = run(capsys, "verify", "--mma", "--device", "interpreter")
     assert code == 0
     assert out.count("5000/5000 bit-exact") == 6
+
+
+def test_spec_validate_prints_the_accepted_grid(capsys, tmp_path):
+    spelled = tmp_path / "spelled.toml"  # E1M2 fields without a bias: bias 0, levels up to 3.5
+    spelled.write_text('name = "spelled"\nblock = 16\nscale = "fp32"\n[element]\nkind = "float"\nexponent_bits = 1\n'
+                       'mantissa_bits = 2\n[scale_rule]\nmethod = "amax"\n')
+    named = tmp_path / "named.toml"
+    named.write_text('name = "named"\nelement = "e1m2"\nblock = 16\nscale = "fp32"\n[scale_rule]\nmethod = "amax"\n')
+    code, out, _ = run(capsys, "spec", "validate", str(spelled), str(named))
+    assert code == 0
+    first, second = out.split(f"ok: {named}")
+    assert "float E1M2, exponent bias 0 (default 2^(e-1) - 1)" in first
+    assert "magnitudes 0 0.5 1 1.5 2 2.5 3 3.5 (largest magnitude 3.5)" in first
+    assert "note: not the built-in grid 'e1m2' (exponent bias 1, largest magnitude 1.75)" in first
+    assert "float E1M2, exponent bias 1: 15 levels, magnitudes 0 0.25 0.5 0.75 1 1.25 1.5 1.75" in second
+    assert "note" not in second
+
+
+def test_spec_validate_lists_asymmetric_levels(capsys, tmp_path):
+    spec = tmp_path / "i4.toml"
+    spec.write_text('name = "i4"\n[element]\nkind = "int"\nrange = "twos_complement"\n')
+    code, out, _ = run(capsys, "spec", "validate", str(spec))
+    assert code == 0 and "16 levels -8 -7 -6 -5 -4 -3 -2 -1 0 1 2 3 4 5 6 7 (largest magnitude 8)" in out
+
+
+def test_paper_diagnostics_writes_the_tracked_doc_only_when_asked(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "paper_diagnostics.py"
+    spec = importlib.util.spec_from_file_location("paper_diagnostics", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.DOC == path.parents[1] / "docs" / "paper_reproduction.md"
+    for section in ("grid_bias_section", "tensor_section", "gemm_section", "chain_section", "disagreements"):
+        monkeypatch.setattr(mod, section, lambda name=section: [f"## {name}"])  # the report's frame, not its numbers
+    doc = tmp_path / "docs" / "paper_reproduction.md"
+    monkeypatch.setattr(mod, "DOC", doc)
+    assert mod.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Paper reproduction") and "## chain_section" in out and not doc.exists()
+    other = tmp_path / "report.md"
+    assert mod.main(["--out", str(other)]) == 0 and other.read_text().startswith("# Paper reproduction")
+    assert not doc.exists()
+    doc.parent.mkdir()
+    assert mod.main(["--update-docs"]) == 0 and "## tensor_section" in doc.read_text()
+
+
+def test_float64_beyond_float32_casts_to_inf_without_a_warning():
+    import warnings
+
+    from fp4lab.emulator.ref_quantize import quantize_reference
+
+    x64 = np.array([1e39, -1e300, 1.0, 3.0] * 8)
+    with np.errstate(over="ignore"):
+        x32 = x64.astype(np.float32)  # RTNE: +-Inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [fp4lab.quantize(x64, "mxfp4"), quantize_reference(x64, fp4lab.get_format("mxfp4"))]
+    want = fp4lab.quantize(x32, "mxfp4")
+    for qt in got:
+        assert np.array_equal(np.asarray(qt.codes), np.asarray(want.codes))
+        assert np.array_equal(np.asarray(qt.scale_codes), np.asarray(want.scale_codes))
+
+
+def test_warnings_from_fp4lab_code_fail_the_suite():
+    import tomllib
+    import warnings
+    from pathlib import Path
+
+    import pytest
+
+    ini = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "error:::fp4lab" in ini["tool"]["pytest"]["ini_options"]["filterwarnings"]
+    with pytest.raises(RuntimeWarning):  # what pytest now makes of a warning attributed to an fp4lab module
+        warnings.warn_explicit("overflow", RuntimeWarning, "fp4lab/emulator/x.py", 1, module="fp4lab.emulator.x")
+    with warnings.catch_warnings(record=True) as seen:  # filters kept: a warning from elsewhere is no error
+        warnings.warn_explicit("elsewhere", DeprecationWarning, "other/x.py", 1, module="other.x")
+    assert len(seen) == 1

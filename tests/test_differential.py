@@ -25,11 +25,13 @@ with warnings.catch_warnings():
     from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
 
 import fp4lab  # noqa: E402
+from fp4lab.emulator.range_policy import range_clamp_scale  # noqa: E402
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.formats import QuantFormat  # noqa: E402
 from fp4lab.testing import block_inputs, float32_arrays  # noqa: E402
 
 F32 = np.float32
+FLT_MAX = np.finfo(F32).max
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 N_CAST = 200  # examples per element/scale cast comparison
 N_BLOCK = 100  # examples per block-scaled comparison
@@ -206,7 +208,8 @@ def rceil_log2_hazard(amax: np.ndarray) -> np.ndarray:
 def test_mx_formats_equal_torchao_to_mx(name, data):
     """mxfp4 / -ceil / -even / -rceil == torchao 0.18 to_mx(FLOOR / CEIL / EVEN / RCEIL): scale codes and element
     codes on finite inputs, except blocks that hit a documented disagreement: scale code 0 (D6: torchao
-    scales by 2^-126, RCEIL by 1), and for RCEIL amax/6 just above a power of two (D7: float32 log2)."""
+    scales by 2^-126, RCEIL by 1), for RCEIL amax/6 just above a power of two (D7: float32 log2), and blocks with
+    scales of 2^126 and up, where fp4lab caps elements that would decode to +-Inf (D11)."""
     fmt = fp4lab.get_format(name)
     x = data.draw(block_inputs(fmt, allow_nan=False, allow_inf=False, exp_range=(-135, 125)))
     qt = fp4lab.quantize(x, fmt)
@@ -216,6 +219,9 @@ def test_mx_formats_equal_torchao_to_mx(name, data):
     skip = ((ours_s == 0) | (s == 0)) & (amax > 0)  # all-zero blocks agree (code 0, zero elements)
     if name == "mxfp4-rceil":
         skip |= rceil_log2_hazard(amax)
+    crit = range_clamp_scale(fmt)
+    if crit is not None:  # D11: decoded-range caps where a level times the scale overflows float32
+        skip |= fmt.scale.decode(ours_s) >= crit
     assert np.array_equal(ours_s[~skip], s[~skip])
     keep = np.repeat(~skip, 32, axis=-1).reshape(x.shape)
     assert np.array_equal(np.asarray(qt.codes)[keep], codes[keep])
@@ -260,6 +266,20 @@ def test_mx_nan_and_inf_block_disagreement():
     s, codes = torchao_mx(x, ScaleCalculationMode.FLOOR)
     assert s.reshape(-1).tolist() == [255, 253, 253] and codes[:, 3].tolist() == [3, 7, 15]
     assert torchao_mx(x, ScaleCalculationMode.RCEIL)[0].reshape(-1).tolist() == [255, 254, 254]
+
+
+def test_mx_decoded_range_disagreement():
+    """Disagreement D11: CEIL / EVEN / RCEIL pick 2^126 for a block of amax FLT_MAX, where E2M1's 4 and 6 times the
+    scale overflow float32. fp4lab caps those elements at 3 (3 * 2^126 = 2.55e38, finite); torchao writes 4 and 6,
+    which decode to +-Inf."""
+    x = np.full((1, 32), FLT_MAX, F32)
+    x[0, 1::2] = -3.1e38
+    for name in ("mxfp4-ceil", "mxfp4-even", "mxfp4-rceil"):
+        qt = fp4lab.quantize(x, name)
+        assert np.asarray(qt.scale_codes).tolist() == [[253]] and np.isfinite(fp4lab.dequantize(qt)).all()
+        assert set(np.asarray(qt.codes).ravel().tolist()) == {5, 13}  # +-3
+        s, codes = torchao_mx(x, MX_MODES[name])
+        assert s.tolist() == [[253]] and set(codes.ravel().tolist()) == {6, 14}  # +-4: 4 * 2^126 = Inf
 
 
 # ---- torchao nvfp4_quantize -------------------------------------------------------------------------------------
@@ -313,6 +333,19 @@ def test_nvfp4_subnormal_block_scale_disagreement():
     assert fp4lab.quantize(x, "nvfp4").scale_codes.tolist() == [[126, 2]]
     assert fp4lab.quantize(x, "nvfp4-torchao").scale_codes.tolist() == [[126, 8]]
     assert torchao_nvfp4(x, True)[0].tolist() == [[126, 8]]
+
+
+def test_nvfp4_tiny_tensor_disagreement():
+    """Disagreement D12: a tensor with amax 1e-38. ts = amax / 2688 is finite but 1/ts overflows float32; fp4lab
+    clamps ts to 2^-128 + 2^-149 (the smallest float32 with a finite reciprocal) and raises block scales whose
+    multiplier still overflows to the smallest one that has a finite multiplier, so the tensor keeps its values;
+    torchao multiplies by the infinite reciprocal and every non-zero element saturates to +-6 (codes 7 / 15)."""
+    x = (np.random.default_rng(0).standard_normal((2, 32)) * 1e-38).astype(F32)
+    qt = fp4lab.quantize(x, "nvfp4-torchao")
+    assert np.abs(fp4lab.dequantize(qt) - x).max() <= 0.2 * np.abs(x).max()
+    s, packed = torchao_nvfp4(x, True)
+    codes = np.stack([packed & 15, packed >> 4], axis=-1).reshape(x.shape)
+    assert set(codes.ravel().tolist()) <= {7, 15}
 
 
 def test_nvfp4_all_zero_tensor_disagreement():

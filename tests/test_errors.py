@@ -6,14 +6,25 @@ import numpy as np
 import pytest
 
 import fp4lab
-from fp4lab.errors import InputError, SpecError, UnknownFormatError
+from fp4lab.errors import Fp4labError, InputError, SpecError, UnknownFormatError
 from fp4lab.formats import QuantFormat
 
 F32 = np.float32
 
 SPECS = {
     "malformed": ('name = "x"\nelement = "e2m1\n', "not valid TOML"),
-    "unknown_field": ('name = "x"\nelement = "e2m1"\ncolour = "red"\n', "colour: Extra inputs are not permitted"),
+    "unknown_field": ('name = "x"\nelement = "e2m1"\ncolour = "red"\n', "unknown field 'colour'"),
+    "misspelt_field": ('name = "x"\nelement = "e2m1"\ntensorscale = "amax"\n',
+                       "unknown field 'tensorscale' (did you mean 'tensor_scale'"),
+    "misspelt_nested_field": ('name = "x"\nelement = "e2m1"\nblock = 16\nscale = "fp32"\n[scale_rule]\nmethd = "amax"\n',
+                              "scale_rule: unknown field 'methd' (did you mean 'method'?)"),
+    "misspelt_kind": ('name = "x"\n[element]\nkind = "flot"\n',
+                      "element: unknown kind 'flot' (did you mean 'float'?); use 'float', 'int' or 'table'"),
+    "kind_missing": ('name = "x"\n[element]\nexponent_bits = 1\nmantissa_bits = 2\n',
+                     "element: the table needs a 'kind' field: 'float', 'int' or 'table'"),
+    "name_missing": ('element = "e2m1"\n', "missing required field 'name'"),
+    "python_attribute": ('name = "x"\n[element]\nkind = "int"\nint_bits = 3\n',
+                         "element: unknown field 'int_bits' (did you mean 'bits'?)"),
     "level_count": ('name = "x"\n[element]\nkind = "table"\nbits = 4\nvalues = [0.0, 1.0, 2.0]\n',
                     "'values' has 3 entries, 4 bits need 16"),
     "duplicate": ('name = "x"\n[element]\nkind = "table"\nbits = 2\nvalues = [0.0, 1.0, 1.0, -1.0]\n',
@@ -119,3 +130,99 @@ def test_packing_needs_four_bit_codes():
     fmt = QuantFormat(name="test-e4m3-elem", element="e4m3")
     with pytest.raises(ValueError, match="has 8-bit codes; only <= 4 pack"):
         fp4lab.quantize(np.zeros(4, F32), fmt).packed()
+
+
+def test_spec_errors_list_every_error(tmp_path):
+    path = tmp_path / "many.toml"
+    path.write_text('name = "x"\nelement = "e2m1"\ntensorscale = "amax"\nrounding = "nearest"\nblock = 16\n'
+                    'scale = "fp32"\n[scale_rule]\nmethd = "amax"\nmin_scale = -1.0\n')
+    with pytest.raises(SpecError) as info:
+        fp4lab.load_format(path)
+    msg = str(info.value)
+    assert "\n" not in msg and "more)" not in msg
+    assert msg.startswith(f"{path}: 4 errors: ")
+    for part in ("unknown field 'tensorscale' (did you mean 'tensor_scale'", "rounding: Input should be 'rtne'",
+                 "(got 'nearest')", "scale_rule: unknown field 'methd' (did you mean 'method'?)",
+                 "scale_rule.min_scale: Input should be greater than 0 (got -1.0)"):
+        assert part in msg
+
+
+def test_unknown_names_suggest_the_closest():
+    with pytest.raises(UnknownFormatError, match="unknown format 'nvfp5'.*did you mean 'nvfp4'"):
+        fp4lab.get_format("nvfp5")
+    with pytest.raises(SpecError, match="unknown hw 'hoper-sm90'; did you mean 'hopper-sm90'"):
+        fp4lab.get_hw("hoper-sm90")
+    from fp4lab.recipes import get_recipe
+
+    with pytest.raises(Fp4labError, match="unknown recipe 'ufp5'.*did you mean 'ufp4'"):
+        get_recipe("ufp5")
+
+
+@pytest.mark.parametrize("argv, usage", [
+    (["compare", "--bogus"], "usage: fp4lab compare"),
+    (["hw", "show", "hopper-sm90", "--nope"], "usage: fp4lab hw show"),
+    (["spec", "validate", "--kindx", "a.toml"], "usage: fp4lab spec validate"),
+    (["recipes", "show", "ufp4", "--x"], "usage: fp4lab recipes show"),
+])
+def test_unknown_option_prints_the_subcommands_usage(capsys, argv, usage):
+    from fp4lab.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(usage) and f"unrecognized arguments: {argv[-2] if argv[-1].endswith('.toml') else argv[-1]}" in err
+
+
+def test_misspelt_option_suggests_the_closest(capsys):
+    from fp4lab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["compare", "--rht-sed", "3"])
+    assert "(did you mean '--rht-seed'" in capsys.readouterr().err
+
+
+BARE = {"ValueError", "KeyError", "LookupError", "RuntimeError", "IndexError", "Exception"}
+
+
+def _bare_raises() -> list[str]:
+    """``file:line`` of every ``raise ValueError(...)``-like statement in fp4lab outside pydantic validators
+    (where pydantic turns a ValueError into a ValidationError and the loader into a SpecError)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(fp4lab.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        def visit(node, in_validator):
+            for child in ast.iter_child_nodes(node):
+                inside = in_validator
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names = {getattr(d.func if isinstance(d, ast.Call) else d, "attr", None) or
+                             getattr(d.func if isinstance(d, ast.Call) else d, "id", None) for d in child.decorator_list}
+                    inside = in_validator or bool(names & {"field_validator", "model_validator"})
+                if isinstance(child, ast.Raise) and isinstance(child.exc, ast.Call) \
+                        and getattr(child.exc.func, "id", None) in BARE and not inside:
+                    found.append(f"{path.relative_to(root.parent)}:{child.lineno}")
+                visit(child, inside)
+        visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def test_every_error_is_an_fp4lab_error():
+    assert _bare_raises() == []
+
+
+@pytest.mark.parametrize("call", [
+    lambda: fp4lab.quantize(np.zeros(32, F32), "mxfp4", rounding="nearest"),
+    lambda: fp4lab.register(QuantFormat(name="mxfp4", element="e2m1")),
+    lambda: __import__("fp4lab.analysis.distributions", fromlist=["parse"]).parse("gausian"),
+    lambda: __import__("fp4lab.analysis.compare", fromlist=["run_compare"]).run_compare(
+        __import__("fp4lab.analysis.compare", fromlist=["CompareConfig"]).CompareConfig(
+            formats=["ufp4"], inputs=["gaussian"], rht=[8], shape=(4, 32))),
+    lambda: fp4lab.get_hw("hopper-sm90").kind("nope"),
+])
+def test_user_errors_are_fp4lab_errors(call):
+    with pytest.raises(Fp4labError) as info:
+        call()
+    assert "\n" not in str(info.value)

@@ -21,6 +21,10 @@ EXPECTED = {
     "cdna3-mi300": {"mfma.f16", "mfma.bf16", "mfma.fp8"},
     "cdna4-mi350": {"mfma_scale.f8f6f4"},
     "proposal-ufp4": {"bsmma.e1m2", "bsmma.int4"},
+    "volta-sm70": {"mma.sync.f16", "mma.sync.f16.f16acc"},
+    "turing-sm75": {"mma.sync.f16", "mma.sync.m8n8k4.f16"},
+    "ampere-sm80": {"mma.sync.f16", "mma.sync.bf16", "mma.sync.tf32", "mma.sync.tf32.k4"},
+    "ada-sm89": {"mma.sync.e4m3", "mma.sync.e4m3.k16", "mma.sync.e4m3.f16acc"},
 }
 
 
@@ -170,3 +174,88 @@ def test_cli_verify_published_vectors(capsys):
     assert cli_main(["hw", "verify", "--gpu", "off", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)["published_vectors"]
     assert len(res) == 6 and all(r["bit_exact"] == r["rows"] == 5000 for r in res)
+
+
+def test_zero_sign_is_a_rule_with_provenance():
+    """Issue 14 item 3: the sign of zero results is a spec field with provenance: +0 on NVIDIA (measured on the
+    H200), a negative underflow's sign kept on CDNA3 (MMA-Sim's published model, not hardware-validated)."""
+    for name in ("hopper-sm90", "blackwell-sm100", "ampere-sm80"):
+        assert {k.output.zero_sign.value for k in hwspec.get_hw(name).kinds.values()} == {"positive"}
+    for k in hwspec.get_hw("cdna3-mi300").kinds.values():
+        assert k.output.zero_sign.value == "keep_underflow_sign" and k.output.zero_sign.provenance == "published"
+        assert "output.zero_sign" in k.nums()
+
+
+def test_specs_refuse_operand_combinations_no_instruction_has(tmp_path):
+    base = """name = "x"
+vendor = "v"
+arch = "a"
+provenance = "assumed"
+source = "test"
+[kinds."k"]
+instruction = "i"
+shape = "m16n8k16"
+k = 16
+a_formats = {a}
+b_formats = {b}
+c_format = "{c}"
+{extra}
+accumulation = {{ algorithm = "t_fdpa", fused_len = 16, frac_bits = 25, e_zero = -21 }}
+output = {{ format = "{c}", rounding = "rne", mantissa_bits = 10, nan_bits = 0x7FFF }}
+"""
+    bad = {
+        "bf16 operands with an f16 accumulator": dict(a='["bf16"]', b='["bf16"]', c="f16", extra=""),
+        "ab_same_format needs": dict(a='["f16", "e4m3"]', b='["f16"]', c="f16", extra="ab_same_format = true"),
+    }
+    for needle, kw in bad.items():
+        p = tmp_path / "x.toml"
+        p.write_text(base.format(**kw))
+        with pytest.raises(SpecError, match=needle):
+            hwspec.load_hw(p)
+
+
+def _fmt_file(tmp_path, name, body):
+    p = tmp_path / f"{name}.toml"
+    p.write_text(f'name = "{name}"\n' + body)
+    return str(p)
+
+
+def test_native_is_decided_from_values_not_names(tmp_path, capsys):
+    """Issue 13 item 8: an exact E1M2 grid spelled out field by field with UE4M3 scales on 1x16 blocks is native on
+    the proposal's bsmma.e1m2; a table grid called "e1m2" with other values is not; a UE5M3 scale is not."""
+    from fp4lab.formats import get_format
+    from fp4lab.hwspec.native import find_native
+
+    spec = hwspec.get_hw("proposal-ufp4")
+    scale = 'block = { shape = [16] }\nscale = "ue4m3"\n[scale_rule]\nmethod = "amax"\n'
+    exact = _fmt_file(tmp_path, "myexact", 'element = { kind = "float", exponent_bits = 1, mantissa_bits = 2, '
+                                           'bias = 1 }\n' + scale)
+    vals = ", ".join(str(v) for v in [0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, -0.0, -0.25, -0.5, -0.75, -1, -1.25,
+                                      -1.5, -2])
+    fake = _fmt_file(tmp_path, "fake", f'element = {{ kind = "table", name = "e1m2", values = [{vals}] }}\n' + scale)
+    assert find_native(spec, get_format(exact))[0].kind == "bsmma.e1m2"
+    combo, why = find_native(spec, get_format(fake))
+    assert combo is None and "no hardware operand format" in why
+    ue5m3 = _fmt_file(tmp_path, "ue5m3", 'element = "e2m1"\nblock = { shape = [32] }\nscale = { kind = "float", '
+                                         'name = "ue5m3", exponent_bits = 5, mantissa_bits = 3 }\n'
+                                         '[scale_rule]\nmethod = "amax"\n')
+    combo, why = find_native(hwspec.get_hw("blackwell-sm100"), get_format(ue5m3))
+    assert combo is None and "no hardware scale format" in why and "ue8m0/32 scales on tcgen05.mxf4" in why
+    assert find_native(hwspec.get_hw("blackwell-sm100"), get_format("mxfp4"))[0].kind == "tcgen05.mxf4"
+    assert cli_main(["hw", "show", "proposal-ufp4", "--json", "--format", exact]) == 0
+    assert json.loads(capsys.readouterr().out)["format_cost"]["native"]
+    assert cli_main(["hw", "show", "proposal-ufp4", "--json", "--format", fake]) == 0
+    assert not json.loads(capsys.readouterr().out)["format_cost"]["native"]
+
+
+def test_emulate_gemm_with_scales_the_hardware_lacks_explains(tmp_path):
+    import numpy as np
+
+    import fp4lab
+
+    f = fp4lab.get_format(_fmt_file(tmp_path, "ue5m3b", 'element = "e2m1"\nblock = { shape = [32] }\nscale = '
+                                    '{ kind = "float", name = "ue5m3", exponent_bits = 5, mantissa_bits = 3 }\n'
+                                    '[scale_rule]\nmethod = "amax"\n'))
+    q = fp4lab.quantize(np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32), f)
+    with pytest.raises(fp4lab.errors.Fp4labError, match="takes block scales .*ue8m0/32.*dequantize"):
+        fp4lab.emulate_gemm(q, q, hw="blackwell-sm100", kind="tcgen05.mxf4nvf4")

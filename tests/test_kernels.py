@@ -327,7 +327,7 @@ def test_verify_cli_interpreter(tmp_path, capsys):
 
 def test_verify_plan_fakequant_cases():
     """A default plan spends about a quarter of its elements on fakequant cases: rows and columns multiples of
-    64 (and of the block and RHT size), both roundings, RHT off and 16, both kinds, SR widths 24/16/8, bf16 and
+    64 (and of the block and RHT size), both roundings, RHT off and 16, every kind, SR widths 24/16/8, bf16 and
     fp32 inputs and outputs; the quantize cases are the ones planned without fakequant."""
     import dataclasses
 
@@ -347,7 +347,7 @@ def test_verify_plan_fakequant_cases():
         assert c.rht is None or (c.rows % c.rht == 0 and c.cols % c.rht == 0)
         assert c.sr_bits == 24 or c.rounding == "sr"
     assert {c.rounding for c in fq} == {"rtne", "sr"} and {c.rht for c in fq} == {None, 16}
-    assert {c.kind for c in fq} == {"random", "adversarial"}
+    assert {c.kind for c in fq} == {"random", "adversarial", "edges"}
     assert {c.sr_bits for c in fq if c.rounding == "sr"} == {24, 16, 8}
     assert {(c.dtype, c.out_dtype) for c in fq} == {(a, b) for a in ("fp32", "bf16") for b in ("fp32", "bf16")}
     assert {(c.rht, c.dtype) for c in fq} == {(r, d) for r in (None, 16) for d in ("fp32", "bf16")}

@@ -144,8 +144,9 @@ def test_e_zero_truncates_tiny_terms():
 def test_hopper_fp8_keeps_13_bits_in_sum_and_output():
     a = [1.0, 2.0**-8] + [0.0] * 30  # 2^-8 * 2^-7 = 2^-15 < 2^-13: dropped
     b = [1.0, 2.0**-7] + [0.0] * 30
-    assert one_dot(a, b, 0.0, "wgmma.e4m3") == 1.0
-    assert one_dot(a, b, 0.0, "tcgen05.f8f6f4", hw="blackwell-sm100") == 1.0 + 2.0**-15  # F = 25 keeps it
+    e4 = dict(a_format="e4m3", b_format="e4m3")  # FP8 kinds take e4m3 and e5m2: the format is named
+    assert one_dot(a, b, 0.0, "wgmma.e4m3", **e4) == 1.0
+    assert one_dot(a, b, 0.0, "tcgen05.f8f6f4", hw="blackwell-sm100", **e4) == 1.0 + 2.0**-15  # F = 25 keeps it
     # the accumulator C enters the same 13-bit sum: C = 1 + 2^-20 comes out as 1
     assert one_dot([0.0] * 32, [0.0] * 32, 1.0 + 2.0**-20, "wgmma.e4m3") == 1.0
 
@@ -184,7 +185,7 @@ def test_b200_legacy_fp8_adds_c_separately_with_rne():
     a = [1.0, 2.0**-9] + [0.0] * 30
     b = [1.0, 2.0**-9] + [0.0] * 30
     c = 3 * 2.0**-25
-    d = one_dot(a, b, c, "mma.sync.e4m3", hw="blackwell-sm100")
+    d = one_dot(a, b, c, "mma.sync.e4m3", hw="blackwell-sm100", a_format="e4m3", b_format="e4m3")
     assert d == np.float32(np.float32(1 + 2.0**-18) + np.float32(c))
     assert d == 1 + 2.0**-18 + 2.0**-23
 
@@ -209,8 +210,9 @@ def test_mxf8f6f4_unit_scales_equal_unscaled_kind():
     c = rand_values(rng, "f32", (6, 5), p_zero=0.3).astype(np.float32)
     ones_a, ones_b = np.ones((6, 2)), np.ones((2, 5))
     with np.errstate(all="ignore"):
-        s = emulate_mma(a, b, c, hw="blackwell-sm100", kind="tcgen05.mxf8f6f4", scale_a=ones_a, scale_b=ones_b)
-        u = emulate_mma(a, b, c, hw="blackwell-sm100", kind="tcgen05.f8f6f4")
+        fmts = dict(a_format="e4m3", b_format="e3m2")
+        s = emulate_mma(a, b, c, hw="blackwell-sm100", kind="tcgen05.mxf8f6f4", scale_a=ones_a, scale_b=ones_b, **fmts)
+        u = emulate_mma(a, b, c, hw="blackwell-sm100", kind="tcgen05.f8f6f4", **fmts)
     assert np.array_equal(bits(s), bits(u))
 
 
@@ -440,3 +442,75 @@ def test_hopper_fp8_chain_loses_precision_and_promotion_recovers_it():
     d = emulate_gemm(a, b, hw="blackwell-sm100", kind="tcgen05.f8f6f4", block_k=128)
     err["sm100"] = np.max(np.abs(d - exact) / np.abs(exact))
     assert err["chain"] > 4 * err["promote128"] and err["promote128"] > err["sm100"]
+
+
+# ---- operand formats are never guessed (issue 14 item 2) ---------------------------------------------------------
+def test_bf16_data_that_also_fits_f16_needs_a_name_on_tcgen05_f16():
+    """2**-15 is a bf16 normal and an f16 subnormal: read as f16 it aligns at 2**-14, so the product 2**-15 * 2**15
+    takes exponent 1 instead of 0 and the four 2**-25 terms fall below the quantum (1.0 instead of 1 + 2**-23).
+    An unnamed call is refused; the name (or a typed bf16 array) decides."""
+    import ml_dtypes
+
+    a = np.zeros((1, 16))
+    b = np.zeros((16, 1))
+    a[0, :5], b[:5, 0] = [2.0**-15] + [2.0**-10] * 4, [2.0**15] + [2.0**-15] * 4
+    kw = dict(hw="blackwell-sm100", kind="tcgen05.f16")
+    with pytest.raises(ValueError, match="name the format"):
+        emulate_mma(a, b, None, **kw)
+    as_bf16 = emulate_mma(a, b, None, a_format="bf16", b_format="bf16", **kw)
+    as_f16 = emulate_mma(a, b, None, a_format="f16", b_format="f16", **kw)
+    assert as_bf16[0, 0] == 1 + 2.0**-23 and as_f16[0, 0] == 1.0
+    typed = emulate_mma(a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16), None, **kw)
+    assert bits(typed)[0, 0] == bits(as_bf16)[0, 0]
+    ones = np.ones((1, 16))  # values that decode alike in both formats need no name
+    assert emulate_mma(ones, ones.T, None, **kw)[0, 0] == 16.0
+
+
+def test_e2m1_data_on_f8f6f4_needs_a_name_and_codes_need_one_always():
+    a = np.zeros((1, 32))
+    b = np.zeros((32, 1))
+    a[0, :2], b[:2, 0] = [6.0, 0.5], [6.0, 0.5]  # 0.5: e2m1 subnormal (exponent 0), e4m3 normal (exponent -1)
+    kw = dict(hw="blackwell-sm100", kind="tcgen05.f8f6f4")
+    with pytest.raises(ValueError, match="name the format"):
+        emulate_mma(a, b, None, **kw)
+    assert emulate_mma(a, b, None, a_format="e2m1", b_format="e2m1", **kw)[0, 0] == 36.25
+    with pytest.raises(ValueError, match="integer codes"):
+        emulate_mma(np.zeros((1, 32), np.uint8), np.zeros((32, 1), np.uint8), None, **kw)
+
+
+def test_combinations_the_instruction_set_lacks_are_refused():
+    a, b = np.ones((1, 16)), np.ones((16, 1))
+    with pytest.raises(ValueError, match="same format"):  # tcgen05 kind::f16 is f16 x f16 or bf16 x bf16
+        emulate_mma(a, b, None, hw="blackwell-sm100", kind="tcgen05.f16", a_format="f16", b_format="bf16")
+    with pytest.raises(ValueError, match="not 'bf16'"):  # no bf16 MMA accumulates in f16
+        emulate_mma(a, b, None, hw="blackwell-sm100", kind="tcgen05.f16.f16acc", a_format="bf16", b_format="bf16")
+
+
+def test_typed_torch_fp8_operands_decode_as_their_codes():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    codes_a = rng.integers(0, 0x7F, size=(4, 32)).astype(np.uint8)
+    codes_b = rng.integers(0, 0x7F, size=(32, 3)).astype(np.uint8)
+    ta = torch.from_numpy(codes_a).view(torch.float8_e4m3fn)
+    tb = torch.from_numpy(codes_b).view(torch.float8_e5m2)
+    with np.errstate(all="ignore"):
+        d = emulate_mma(ta, tb, None, hw="blackwell-sm100", kind="tcgen05.f8f6f4")
+        want = emulate_mma(codes_a, codes_b, None, hw="blackwell-sm100", kind="tcgen05.f8f6f4", a_format="e4m3",
+                           b_format="e5m2")
+    assert np.array_equal(bits(d), bits(want))
+
+
+def test_ue4m3_scale_bit7_is_padding():
+    """PTX ISA 5.2.3: ue4m3 is 7 bits; the byte's top bit is ignored (0xB8 reads as 1.0, 0xFF as NaN)."""
+    assert decode_codes(np.array([0x38, 0xB8, 0x7F, 0xFF]), operand_format("ue4m3")).tolist()[:2] == [1.0, 1.0]
+    assert np.isnan(decode_codes(np.array([0xFF]), operand_format("ue4m3"))).all()
+    with pytest.raises(ValueError):
+        decode_codes(np.array([0x100]), operand_format("ue4m3"))
+
+
+def test_scales_the_hardware_lacks_say_what_it_takes():
+    a, b = np.ones((2, 64)), np.ones((64, 2))
+    ue5m3 = 2.0**-20  # a UE5M3 value that no ue8m0/ue4m3 code holds (with a fraction)
+    with pytest.raises(ValueError, match=r"takes block scales ue8m0/32 .*no hardware MMA applies them"):
+        emulate_mma(a, b, None, hw="blackwell-sm100", kind="tcgen05.mxf4", scale_a=np.full((2, 2), 1.5 * ue5m3),
+                    scale_b=np.ones((2, 2)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from fp4lab.errors import InputError
 
 import numpy as np
 
@@ -25,7 +26,7 @@ def magnitude_levels(grid: Any) -> np.ndarray:
     lv = np.unique(np.asarray(levels, dtype=np.float64))
     lv = lv[np.isfinite(lv) & (lv >= 0)]
     if lv.size < 2 or lv[0] != 0.0:
-        raise ValueError(f"magnitude_levels: need 0 and at least one positive level, got {lv.tolist()}")
+        raise InputError(f"magnitude_levels: need 0 and at least one positive level, got {lv.tolist()}")
     return lv
 
 
@@ -43,7 +44,7 @@ class LevelBias:
         """Bias of the level equal to ``q``."""
         idx = np.flatnonzero(self.levels == q)
         if idx.size != 1:
-            raise ValueError(f"LevelBias.at: {q} is not a level of {self.levels.tolist()}")
+            raise InputError(f"LevelBias.at: {q} is not a level of {self.levels.tolist()}")
         return float(self.bias[idx[0]])
 
 
@@ -96,5 +97,5 @@ def bias_under_density(grid: Any, pdf: Callable[[np.ndarray], np.ndarray], upper
     t = (np.arange(n, dtype=np.float64) + 0.5) * (hi / n)
     w = np.asarray(pdf(t), dtype=np.float64)
     if np.any(w < 0) or not np.isfinite(w).all() or w.sum() <= 0:
-        raise ValueError("bias_under_density: pdf must be finite, non-negative and not all zero on [0, upper]")
+        raise InputError("bias_under_density: pdf must be finite, non-negative and not all zero on [0, upper]")
     return float(np.sum(w * (round_magnitudes(q, t) - t)) / np.sum(w))

@@ -79,37 +79,71 @@ def compare_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def display_names(result: dict[str, Any]) -> dict[str, str]:
+    """``{format as given: label}``: the format's own name (a spec file's ``name``), or what was given where two
+    given formats share a name."""
+    names = {f: result["formats"][f]["name"] for f in result["config"]["formats"]}
+    count: dict[str, int] = {}
+    for n in names.values():
+        count[n] = count.get(n, 0) + 1
+    return {f: n if count[n] == 1 else f for f, n in names.items()}
+
+
+def _case(label: str, rht: int, bits: float) -> str:
+    from fp4lab.tables import short
+
+    return f"{label} ({short(bits)} bits/element, {'RHT ' + str(rht) if rht else 'no RHT'})"
+
+
+def verdict_line(label: str, verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> str:
+    """One line per input: the best SQNR and the smallest |bias| (block-amax unit), with their cases."""
+    parts = []
+    best, small = verdict["best_sqnr"], verdict["smallest_abs_bias"]
+    if best is not None:
+        cases = " = ".join(_case(names[c["format"]], c["rht"], bits[c["format"]]) for c in best["cases"])
+        parts.append(f"best SQNR {cases}: {best['sqnr_db']:.2f} dB")
+    if small is not None:
+        cases = " = ".join(_case(names[c["format"]], c["rht"], bits[c["format"]]) for c in small["cases"])
+        parts.append(f"smallest |bias| {cases}: {100 * small['bias_amax']:+.4f}% of the block amax")
+    return f"verdict for {label}: " + ("; ".join(parts) if parts else "no finite result")
+
+
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
-    from rich.console import Console
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
     from rich.text import Text
 
-    console = Console(highlight=False)
+    from fp4lab.tables import compact_table, console, fit, short
+
+    con = console()
+    names = display_names(result)
+    bits = {f: result["formats"][f]["bits_per_element"] for f in result["config"]["formats"]}
+    rht0 = result["config"]["rht"][0]
     for label in result["config"]["inputs"]:
         shape = "x".join(map(str, result["config"]["input_shapes"][label]))
-        table = Table(title=Text(f"input: {label}  ({shape})"), title_justify="left", box=box.SIMPLE_HEAD,
-                      show_edge=False, pad_edge=False)
-        width = max(len(n) for n in result["config"]["formats"])
-        table.add_column("format", no_wrap=True, min_width=width)
-        for col in ("RHT", "SQNR", "ΔSQNR", "bias", "α", "B_eff", "clip%", "0blk%"):
-            table.add_column(col, justify="right", no_wrap=True)
+        table = compact_table(Text(f"input: {label} ({shape})"),
+                              [("format", "text"), ("bits/\nelem", "num"), ("RHT", "num"), ("SQNR\ndB", "num"),
+                               ("ΔSQNR\ndB", "num"), ("bias\ngrid", "num"), ("bias %\namax", "num"), ("α", "num"),
+                               ("B_eff", "num"), ("clip\n%", "num"), ("0blk\n%", "num")], padding=0)
         for name in result["config"]["formats"]:
             for rec in (x for x in result["results"] if x["input"] == label and x["format"] == name):
                 d = rec["delta_sqnr_db"]
-                delta = "" if d is None else f"[{'green' if d > 0 else 'red'}]{d:+.2f}[/]"
-                table.add_row(escape(name) if rec["rht"] == result["config"]["rht"][0] else "",
-                              str(rec["rht"] or "-"), _fmt(rec["sqnr_db"], ".2f"), delta,
-                              _fmt(rec["bias"], "+.4f"), _fmt(rec["alpha"], ".4f"), _fmt(rec["b_eff"], ".3f"),
+                first = rec["rht"] == rht0
+                table.add_row(Text(names[name]) if first else "", short(bits[name]) if first else "",
+                              str(rec["rht"] or "-"), _fmt(rec["sqnr_db"], ".2f"),
+                              Text("" if d is None else f"{d:+.2f}", style="" if d is None else
+                                   ("green" if d > 0 else "red")),
+                              _fmt(rec["bias"], "+.4f"), _fmt(None if rec["bias_amax"] is None else
+                                                               100 * rec["bias_amax"], "+.4f"),
+                              _fmt(rec["alpha"], ".4f"), _fmt(rec["b_eff"], ".3f"),
                               f"{100 * (rec['clip_rate'] or 0):.2f}", f"{100 * (rec['zero_block_rate'] or 0):.2f}")
-        console.print(table)
-    console.print("bias: mean signed error of |x|/s in grid units (negative = shrinkage); α = <Q(x),x>/||x||²; "
-                  "B_eff = exp(bucket entropy)/K; SQNR in dB, ΔSQNR vs no RHT; clip%: saturated elements; "
-                  "0blk%: non-zero blocks flushed to zero. "
-                  f"{len(result['results'])} cases in {result['elapsed_s']:.1f} s.")
+        con.print(fit(table, con))
+        con.print(Text(verdict_line(label, result["verdicts"][label], names, bits)))
+        con.print()
+    con.print(Text("bias grid: mean signed error of |x|/s in grid units (negative = shrinkage); bias % amax: mean "
+                   "(|Q(x)| - |x|) / block amax in percent, comparable across formats; α = <Q(x),x>/||x||²; "
+                   "B_eff = exp(bucket entropy)/K; ΔSQNR vs no RHT; clip: saturated elements; 0blk: non-zero "
+                   f"blocks flushed to zero. {len(result['results'])} cases in {result['elapsed_s']:.1f} s."))
     if plot:
-        console.print(Text(f"grid plot written to {plot}"), soft_wrap=True)
+        con.print(Text(f"grid plot written to {plot}"), soft_wrap=True)  # a path, whole
 
 
 def search_main(args: argparse.Namespace) -> int:

@@ -8,15 +8,20 @@ JSON document (``schema = "fp4lab.compare/1"``):
 
 ``config``   ``formats`` (names), ``inputs`` (canonical distribution specs or tensor files), ``input_shapes``
              (``{input: shape}``), ``rht`` (sizes; 0 = none), ``shape`` (of synthetic inputs), ``seed`` (input generator), ``rht_seed``, ``rounding`` (null = each format's default).
-``formats``  per format name: ``element`` (grid name), ``magnitudes`` (non-negative levels, grid units),
+``formats``  per entry of ``config.formats``: ``name`` (the format's own name: a spec file's ``name`` field),
+             ``element`` (grid name), ``magnitudes`` (non-negative levels, grid units),
              ``level_bias`` (locally-uniform bias ``(l_i - r_i)/2`` per magnitude, paper Eq. 2), ``block``
              (block shape or null), ``scale`` (scale-format name or kind), ``tensor_scale`` (bool),
              ``bits_per_element``, ``description``.
 ``results``  one record per (format, input, rht): ``format``, ``input``, ``rht`` (0 = none), ``sqnr_db``, ``nmse``,
-             ``alpha`` (Eq. 3), ``bias`` (mean signed error of normalized magnitudes, grid units), ``b_eff``
-             (Eq. 6-7), ``clip_rate``, ``zero_block_rate``, ``delta_sqnr_db`` (this SQNR minus the same format's
+             ``alpha`` (Eq. 3), ``bias`` (mean signed error of normalized magnitudes, grid units), ``bias_amax``
+             (``mean((|xhat| - |x|) / amax)``, ``amax`` the element's block amax: comparable across formats),
+             ``b_eff`` (Eq. 6-7), ``clip_rate``, ``zero_block_rate``, ``delta_sqnr_db`` (this SQNR minus the same format's
              and input's rht = 0 SQNR, null when rht = 0 or not run), ``delta_b_eff`` (likewise), and
              ``scale_code_histogram`` (``{"code": count}`` for scale formats of at most 8 bits, else null).
+``verdicts`` per input: ``best_sqnr`` (``{"sqnr_db", "cases": [{"format", "rht"}, ...]}``, every case with the
+             highest SQNR) and ``smallest_abs_bias`` (``{"bias_amax", "cases"}``, every case with the smallest
+             ``|bias_amax|``); see :func:`verdicts`.
 ``elapsed_s`` wall time of the run in seconds.
 
 Metric definitions: ``fp4lab.analysis.metrics``. Non-finite values are written as null.
@@ -31,9 +36,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+import fp4lab
 from fp4lab.analysis import distributions, metrics, tensors_io
 from fp4lab.analysis.bias import level_bias
+from fp4lab.emulator.blocks import BlockView
 from fp4lab.formats.registry import get_format
+from fp4lab.errors import InputError
 
 SCHEMA = "fp4lab.compare/1"
 DEFAULT_FORMATS: tuple[str, ...] = (
@@ -70,11 +78,69 @@ def format_summary(fmt: Any) -> dict[str, Any]:
     lb = level_bias(fmt)
     scale = None if fmt.scale is None else (fmt.scale.name or fmt.scale.kind)
     return {
-        "element": fmt.element.name, "magnitudes": lb.levels.tolist(), "level_bias": lb.bias.tolist(),
+        "name": fmt.name, "element": fmt.element.name, "magnitudes": lb.levels.tolist(), "level_bias": lb.bias.tolist(),
         "block": None if fmt.block is None else list(fmt.block.shape), "scale": scale,
         "tensor_scale": fmt.tensor_scale != "none", "bits_per_element": fmt.bits_per_element,
         "description": fmt.description,
     }
+
+
+def amax_bias(x_basis: np.ndarray, xhat: np.ndarray, fmt: Any, axis: int = -1) -> float:
+    """``mean((|xhat| - |x|) / amax)`` in float64 over the finite elements of blocks with a non-zero amax, ``amax``
+    the largest finite ``|x|`` of the element's block (of the whole tensor for element-only formats), in the
+    quantizer's basis: the shrinkage bias in a unit every format shares (the ``magnitude`` of ``fp4lab sr-bias``).
+    NaN if no element counts. Blocks are taken ``metrics.CHUNK`` elements at a time."""
+    x, y = np.asarray(x_basis, np.float32), np.asarray(xhat, np.float32)
+    if fmt.block is None:
+        xb, yb = x.reshape(1, -1), y.reshape(1, -1)
+    else:
+        view = BlockView.for_format(x.shape, fmt, axis)
+        xb, yb = view.to_blocks(x), view.to_blocks(y)
+        xb, yb = xb.reshape(-1, xb.shape[-1]), yb.reshape(-1, yb.shape[-1])
+    step = max(1, metrics.CHUNK // max(xb.shape[1], 1))
+    total, n = 0.0, 0
+    for i in range(0, xb.shape[0], step):
+        ax = np.abs(xb[i:i + step].astype(np.float64))
+        finite = np.isfinite(ax)
+        amax = np.where(finite, ax, 0.0).max(axis=1, keepdims=True)
+        keep = finite & np.isfinite(yb[i:i + step]) & (amax > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = (np.abs(yb[i:i + step].astype(np.float64)) - ax) / amax
+        total += float(np.sum(q[keep]))
+        n += int(keep.sum())
+    return total / n if n else float("nan")
+
+
+def _evaluate(x: np.ndarray, fmt: Any, rht: int | None, rht_seed: int,
+              rounding: str | None) -> tuple[dict[str, Any], Any]:
+    """``(metrics, QuantizedTensor)``: ``metrics.evaluate``'s metrics plus ``bias_amax``, from one quantize and one
+    dequantize."""
+    x = np.asarray(x, dtype=np.float32)
+    qt = fp4lab.quantize(x, fmt, rounding=rounding, rht=rht, rht_seed=rht_seed)
+    basis = x if rht is None else np.asarray(fp4lab.rht(x, size=rht, seed=rht_seed, axis=qt.axis))
+    xhat = np.asarray(fp4lab.dequantize(qt, rotated=True))
+    m = metrics.measure(basis, qt, xhat=xhat)
+    return {**m.as_dict(), "bias_amax": amax_bias(basis, xhat, qt.fmt, qt.axis)}, qt
+
+
+VERDICTS = (("best_sqnr", "sqnr_db", lambda v: v), ("smallest_abs_bias", "bias_amax", lambda v: -abs(v)))
+
+
+def verdicts(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per input: every (format, rht) case with the highest ``sqnr_db`` and every one with the smallest
+    ``|bias_amax|`` (exact ties all listed; null values, i.e. NaN or an exact result's infinite SQNR, left out)."""
+    out: dict[str, dict[str, Any]] = {}
+    for label in dict.fromkeys(r["input"] for r in results):
+        recs = [r for r in results if r["input"] == label]
+        entry: dict[str, Any] = {}
+        for key, metric, score in VERDICTS:
+            vals = [r for r in recs if r[metric] is not None]
+            best = max((score(r[metric]) for r in vals), default=None)
+            winners = [r for r in vals if score(r[metric]) == best]
+            entry[key] = None if not winners else {
+                metric: winners[0][metric], "cases": [{"format": r["format"], "rht": r["rht"]} for r in winners]}
+        out[label] = entry
+    return out
 
 
 def _clean(v: Any) -> Any:
@@ -89,7 +155,7 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
     fmts = {name: get_format(name) for name in config.formats}
     for r in config.rht:
         if r not in (0, 16, 32, 64, 128, 256):
-            raise ValueError(f"compare: RHT size {r} is not allowed; use 0 (none), 16, 32, 64, 128 or 256")
+            raise InputError(f"compare: RHT size {r} is not allowed; use 0 (none), 16, 32, 64, 128 or 256")
     results: list[dict[str, Any]] = []
     shapes: dict[str, list[int]] = {}
     for spec in config.inputs:
@@ -98,8 +164,8 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
         for name, fmt in fmts.items():
             base: dict[str, float] | None = None
             for r in config.rht:
-                m, qt = metrics.evaluate(x, fmt, rht=r or None, rht_seed=config.rht_seed, rounding=config.rounding)
-                rec: dict[str, Any] = {"format": name, "input": label, "rht": r, **m.as_dict()}
+                m, qt = _evaluate(x, fmt, r or None, config.rht_seed, config.rounding)
+                rec: dict[str, Any] = {"format": name, "input": label, "rht": r, **m}
                 if r == 0:
                     base = rec
                 rec["delta_sqnr_db"] = rec["sqnr_db"] - base["sqnr_db"] if (base and r) else None
@@ -118,6 +184,7 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
                    "rounding": config.rounding},
         "formats": {name: format_summary(fmt) for name, fmt in fmts.items()},
         "results": results,
+        "verdicts": verdicts(results),
         "elapsed_s": time.perf_counter() - start,
     }
 

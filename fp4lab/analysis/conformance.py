@@ -64,6 +64,8 @@ def _cases(fmt: Any) -> dict[str, tuple[str, np.ndarray]]:
     sub[:, :16] = rng.standard_normal((shape[0], 16))
     huge = rng.standard_normal(shape) * 1e37
     huge[:, ::7] = np.where(rng.random((shape[0], 10)) < 0.5, 3.4028235e38, -3.4028235e38)
+    r2 = np.random.default_rng(17)  # its own stream: the other cases keep their inputs
+    tiny = r2.standard_normal(shape) * np.exp2(r2.integers(-150, -117, (shape[0], shape[1] // 16))).repeat(16, 1)
     nan = rng.standard_normal(shape)
     nan[::3, 5] = np.nan
     inf = rng.standard_normal(shape)
@@ -78,6 +80,8 @@ def _cases(fmt: Any) -> dict[str, tuple[str, np.ndarray]]:
         "zeros": ("+0, -0, all-zero blocks and sparse blocks", zeros),
         "subnormal": ("float32 subnormal blocks beside normal blocks", sub),
         "huge": ("magnitudes up to float32 max", huge),
+        "tiny": ("a tensor whose amax lies below about 2^-117 (two-level tensor-scale floor), blocks N(0,1) x 2^k, "
+                 "k in [-150, -118], many float32-subnormal", tiny),
         "nan": ("NaN elements in some blocks", nan),
         "inf": ("+Inf and -Inf elements in some blocks", inf),
     }

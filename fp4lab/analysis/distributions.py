@@ -18,6 +18,7 @@ name               definition (float64 draw from ``numpy.random.default_rng(seed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fp4lab.errors import InputError
 
 import numpy as np
 
@@ -48,21 +49,21 @@ def parse(spec: str) -> Distribution:
     """Parse ``name[:key=value,...]``; unknown names or parameters raise ValueError naming what is allowed."""
     name, _, rest = spec.strip().partition(":")
     if name not in _PARAMS:
-        raise ValueError(f"distribution '{spec}': unknown name '{name}'; use one of {', '.join(_PARAMS)}")
+        raise InputError(f"distribution '{spec}': unknown name '{name}'; use one of {', '.join(_PARAMS)}")
     params = dict(_PARAMS[name])
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or key not in params:
-            raise ValueError(f"distribution '{spec}': bad parameter '{item}'; '{name}' takes "
+            raise InputError(f"distribution '{spec}': bad parameter '{item}'; '{name}' takes "
                              f"{', '.join(f'{k}=<number>' for k in params) or 'no parameters'}")
         try:
             params[key] = float(value)
         except ValueError:
-            raise ValueError(f"distribution '{spec}': parameter '{key}' must be a number, got '{value}'") from None
+            raise InputError(f"distribution '{spec}': parameter '{key}' must be a number, got '{value}'") from None
     if name == "student-t" and params["nu"] <= 0:
-        raise ValueError(f"distribution '{spec}': nu must be > 0")
+        raise InputError(f"distribution '{spec}': nu must be > 0")
     if name == "outliers" and (params["every"] < 1 or params["every"] != int(params["every"])):
-        raise ValueError(f"distribution '{spec}': every must be a positive integer")
+        raise InputError(f"distribution '{spec}': every must be a positive integer")
     return Distribution(name, params)
 
 

@@ -30,6 +30,7 @@ import fp4lab
 from fp4lab.analysis import distributions
 from fp4lab.analysis.metrics import alpha as alpha_factor
 from fp4lab.analysis.metrics import sqnr_db
+from fp4lab.errors import InputError
 
 GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
 
@@ -42,7 +43,7 @@ def _operands(name: str, x: np.ndarray, w: np.ndarray, dy: np.ndarray):  # type:
         return dy, 1, True, w, 0, False, lambda a, b: a @ b
     if name == "wgrad":
         return dy, 0, True, x, 0, False, lambda a, b: a.T @ b
-    raise ValueError(f"gemm: unknown GEMM '{name}'; use one of {', '.join(GEMMS)}")
+    raise InputError(f"gemm: unknown GEMM '{name}'; use one of {', '.join(GEMMS)}")
 
 
 def _quantized(a: np.ndarray, fmt: Any, axis: int, rht: int | None, rht_seed: int, sr: bool, seed: int):
@@ -57,7 +58,7 @@ def gemm_sqnr(x: np.ndarray, w: np.ndarray, dy: np.ndarray, fmt: Any, gemm: str,
     """``{sqnr_db, eta, alpha_a, alpha_b}`` of one training GEMM (see the module docstring)."""
     x, w, dy = (np.asarray(t, np.float32) for t in (x, w, dy))
     if x.shape[1] != w.shape[1] or dy.shape != (x.shape[0], w.shape[0]):
-        raise ValueError(f"gemm: shapes X {x.shape}, W {w.shape}, dY {dy.shape} do not form X:[M,K], W:[N,K], dY:[M,N]")
+        raise InputError(f"gemm: shapes X {x.shape}, W {w.shape}, dY {dy.shape} do not form X:[M,K], W:[N,K], dY:[M,N]")
     a, ax_a, sr_a, b, ax_b, sr_b, prod = _operands(gemm, x, w, dy)
     qa, ra = _quantized(a, fmt, ax_a, rht, rht_seed, sr_dy and sr_a, seed)
     qb, rb = _quantized(b, fmt, ax_b, rht, rht_seed, sr_dy and sr_b, seed + 1)

@@ -40,6 +40,7 @@ import numpy as np
 
 import fp4lab
 from fp4lab.analysis import distributions
+from fp4lab.errors import InputError
 
 SCHEMES: tuple[str, ...] = ("fp32", "e4m3", "e8m0")
 E8M0_TOPS: tuple[float, ...] = (1.0, 1.25, 1.5, 1.75)
@@ -72,7 +73,7 @@ def _proxy_format(scheme: str, top: float) -> Any:
     elif scheme == "e8m0":
         spec.update(scale="e8m0", scale_rule={"method": "rceil"})
     else:
-        raise ValueError(f"search: unknown scale scheme '{scheme}'; use one of {', '.join(SCHEMES)}")
+        raise InputError(f"search: unknown scale scheme '{scheme}'; use one of {', '.join(SCHEMES)}")
     return QuantFormat.model_validate(spec)
 
 
@@ -118,7 +119,7 @@ class Samples:
 def lattice_grids(lattice: int) -> np.ndarray:
     """All ``[G, 8]`` grids with interior magnitudes on ``{k/L}`` (``L`` a power of two, at most 64)."""
     if lattice < 8 or lattice > 64 or lattice & (lattice - 1):
-        raise ValueError(f"search: lattice must be a power of two between 8 and 64, got {lattice}")
+        raise InputError(f"search: lattice must be a power of two between 8 and 64, got {lattice}")
     combos = np.array(list(itertools.combinations(range(1, lattice), 6)), dtype=np.float64) / lattice
     return np.concatenate([np.zeros((len(combos), 1)), combos, np.ones((len(combos), 1))], axis=1)
 
@@ -148,7 +149,7 @@ def _f32_exact(m: np.ndarray, bits: int = 16) -> np.ndarray:
     r = np.round(np.asarray(m, np.float64) * 2 ** bits) / 2 ** bits
     r[0], r[-1] = 0.0, 1.0
     if np.any(np.diff(r) <= 0):
-        raise ValueError(f"search: grid {m.tolist()} collapses when rounded to 2^-{bits}")
+        raise InputError(f"search: grid {m.tolist()} collapses when rounded to 2^-{bits}")
     return r
 
 

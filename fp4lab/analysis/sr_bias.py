@@ -50,6 +50,7 @@ from fp4lab.analysis import metrics
 from fp4lab.analysis.distributions import parse, sample
 from fp4lab.emulator.blocks import BlockView
 from fp4lab.formats.registry import get_format
+from fp4lab.errors import InputError
 
 DEFAULT_FORMATS: tuple[str, ...] = ("ufp4", "e2m1-b16-fp32", "nvfp4", "mxfp4")
 DEFAULT_WIDTHS: tuple[int, ...] = (24, 16, 8, 4)
@@ -152,7 +153,7 @@ def sr_width_bias(formats: Iterable[Any] = DEFAULT_FORMATS, widths: Iterable[int
     """
     seed_list = list(range(seeds)) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     if not seed_list:
-        raise ValueError("sr_width_bias: need at least one SR seed")
+        raise InputError("sr_width_bias: need at least one SR seed")
     widths = [int(w) for w in widths]
     out: list[SrBiasRow] = []
     inputs = {d: (parse(d).label, sample(d, (rows, cols), data_seed)) for d in dists}

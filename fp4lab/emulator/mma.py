@@ -5,16 +5,19 @@ Conventions
 -----------
 * ``a`` is [M, K], ``b`` is [K, N], ``c`` is [M, N]; K is split into fused steps of the kind's ``fused_len``
   (never more than K), taken in ascending K, each step's rounded output being the next step's C.
-* Operands are float arrays of values exactly representable in one of the kind's input formats (chosen
-  automatically, or named by ``a_format``/``b_format``), or integer codes of that format. tf32 kinds take
-  float32 words and drop their low 13 bits, as the hardware does.
+* Operands are float arrays of values exactly representable in one of the kind's input formats, or integer
+  codes of that format. The format is named (``a_format``/``b_format``), typed (torch / ml_dtypes dtypes) or
+  the only one the values allow, never guessed (fp4lab/emulator/mma_operands.py). tf32 kinds take float32
+  words and drop their low 13 bits, as the hardware does.
 * Block-scaled kinds also take ``scale_a`` [M, K/block] and ``scale_b`` [K/block, N]: decoded scale values or
   integer codes of the scale format. Their element format may be any value table (a 1-D float64 array, e.g.
   ``fmt.element.values`` of a registry format): that is how a proposed grid (E1M2, INT4) runs on a model.
   GST kinds need group sums that are exact in float64: the table's values must lie on a common power-of-two
   grid spanning at most 2**16 steps (every 4-bit float or integer grid does).
 * The result is float32 (fp16-accumulator kinds: the fp16 result widened exactly); every NaN has the kind's
-  canonical bits (fp16 0x7FFF widens to 0x7FFFE000) and zero results are +0.
+  canonical bits (fp16 0x7FFF widens to 0x7FFFE000). Zero results follow the kind's ``output.zero_sign``: +0
+  ("positive", every NVIDIA kind) or, for a nonzero result that rounds to zero, a zero of its sign
+  ("keep_underflow_sign", AMD CDNA3 as MMA-Sim publishes it).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from ..hwspec.operands import OPERAND_FORMATS, OperandFormat, decode_codes, operand_format
+from ..errors import InputError
+from ..hwspec.operands import operand_format
 from ..hwspec.registry import get_hw
 from ..hwspec.schema import MMAKind
 from . import mma_kernels as nb
+from .mma_operands import values_table, align_exponents, decode_pair, decode_scales, typed_operand
 from .mma_reference import ModelParams, mma_reference
 
 _OUT_RANGE = {"f32": (-126, 127), "f16": (-14, 15)}
@@ -50,6 +55,7 @@ def kind_params(kind: MMAKind) -> ModelParams:
         out_mbits=int(out.mantissa_bits),
         out_emin=o_emin,
         out_emax=o_emax,
+        keep_zero_sign=out.zero_sign.value == "keep_underflow_sign",
     )
 
 
@@ -58,93 +64,7 @@ def resolve_kind(hw: Any, kind: str) -> MMAKind:
     return get_hw(hw).kind(kind)
 
 
-# ---- operand decoding -------------------------------------------------------------------------------------------
-def align_exponents(v: np.ndarray, emin: int) -> np.ndarray:
-    """int64 alignment exponents: floor(log2|v|) clamped below at ``emin``; 0 for zeros and non-finite values."""
-    ok = np.isfinite(v) & (v != 0)
-    _, e = np.frexp(np.where(ok, v, 1.0))
-    return np.where(ok, np.maximum(e.astype(np.int64) - 1, emin), 0)
-
-
-def _table_of(fmt: Any) -> np.ndarray | None:
-    """A values table from a 1-D array, a registry grid (``.values``) or a QuantFormat (``.element.values``)."""
-    if isinstance(fmt, np.ndarray):
-        return np.asarray(fmt, dtype=np.float64)
-    for obj in (getattr(fmt, "element", None), fmt):
-        vals = getattr(obj, "values", None)
-        if vals is not None and not callable(vals):
-            return np.asarray(vals, dtype=np.float64)
-    return None
-
-
-def _table_emin(table: np.ndarray, fmt: Any) -> int:
-    """Subnormal exponent of a grid given as a table: from its ExMy fields if it has them, else the exponent of a
-    known operand format with the same finite values, else floor(log2) of its smallest nonzero magnitude."""
-    el = getattr(fmt, "element", fmt)
-    bias = getattr(el, "exponent_bias", None)
-    if isinstance(bias, int) and getattr(el, "exponent_bits", None):
-        return 1 - bias
-    fin = np.unique(np.abs(table[np.isfinite(table)]))
-    for of in OPERAND_FORMATS.values():
-        nbits = of.exp_bits + of.man_bits + (1 if of.signed else 0)
-        if nbits <= 8 and of.signed:
-            ref = decode_codes(np.arange(1 << nbits), of)
-            if np.array_equal(np.unique(np.abs(ref[np.isfinite(ref)])), fin):
-                return of.emin
-    nz = fin[fin > 0]
-    return int(np.frexp(nz.min())[1] - 1) if nz.size else 0
-
-
-class _Decoded:
-    """Operand values (float64), their format name (or 'table') and the alignment emin."""
-
-    def __init__(self, values: np.ndarray, name: str, emin: int):
-        self.values, self.name, self.emin = values, name, emin
-
-
-def _decode_operand(x: Any, fmt: Any, kind: MMAKind, which: str) -> _Decoded:
-    allowed = kind.a_formats if which == "a" else kind.b_formats
-    gst = kind.accumulation.algorithm == "gst_fdpa"
-    x = np.asarray(x)
-    if x.ndim != 2:
-        raise ValueError(f"emulate_mma: {which} must be 2-D, got shape {x.shape}")
-    table = None if fmt is None or isinstance(fmt, str) else _table_of(fmt)
-    if fmt is not None and not isinstance(fmt, str) and table is None:
-        raise ValueError(f"emulate_mma: {which}_format must be a format name, a values table or a format object")
-    if table is not None:
-        if not (gst or kind.block_scaled):
-            raise ValueError(f"emulate_mma: kind {kind.name!r} takes {allowed} for {which}; value tables need a "
-                             "block-scaled kind")
-        emin = _table_emin(table, fmt)
-        if np.issubdtype(x.dtype, np.integer):
-            if x.size and (x.min() < 0 or x.max() >= table.size):
-                raise ValueError(f"emulate_mma: {which} codes must be in [0, {table.size})")
-            return _Decoded(table[x], "table", emin)
-        v = x.astype(np.float64)
-        bad = ~np.isin(v, table) & ~np.isnan(v)
-        if bad.any():
-            raise ValueError(f"emulate_mma: {which} holds {v[bad][0]!r}, not in the given values table")
-        return _Decoded(v, "table", emin)
-    names = [fmt] if isinstance(fmt, str) else list(allowed)
-    for n in names:
-        if n not in allowed and not gst:
-            raise ValueError(f"emulate_mma: kind {kind.name!r} takes {which} in {allowed}, not {n!r}")
-    if np.issubdtype(x.dtype, np.integer):
-        of = operand_format(names[0])
-        return _Decoded(decode_codes(x, of), of.name, of.emin)
-    if kind.tf32_truncate:
-        if x.dtype != np.float32:
-            raise ValueError(f"emulate_mma: kind {kind.name!r} takes float32 words for {which}, got {x.dtype}")
-        v = (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
-        return _Decoded(v, "tf32", operand_format("tf32").emin)
-    v = x.astype(np.float64)
-    for n in names:
-        of = operand_format(n)
-        if of.representable(v).all():
-            return _Decoded(v, n, of.emin)
-    raise ValueError(f"emulate_mma: {which} has values not representable in {names} (kind {kind.name!r})")
-
-
+# ---- operand decoding (fp4lab/emulator/mma_operands.py) ----------------------------------------------------------
 def _check_group_exact(v: np.ndarray, which: str) -> None:
     """GST group sums must be exact in float64: all values on one power-of-two grid of at most 2**16 steps."""
     fin = np.abs(v[np.isfinite(v) & (v != 0)])
@@ -154,35 +74,8 @@ def _check_group_exact(v: np.ndarray, which: str) -> None:
     ints = (m * 2.0**53).astype(np.int64)
     lsb = e.astype(np.int64) - 53 + np.log2((ints & -ints).astype(np.float64)).astype(np.int64)
     if fin.max() > np.ldexp(1.0, int(lsb.min()) + 16):
-        raise ValueError(f"emulate_mma: {which} values span more than 2**16 grid steps; group sums would not be exact")
-
-
-def _decode_scales(s: Any, kind: MMAKind, K: int, axis_len: int, which: str, scale_format: str | None
-                   ) -> tuple[np.ndarray, OperandFormat, int]:
-    """Decoded scale values (float64), their format and the block size, for scale_a ([M, nb]) or scale_b."""
-    if s is None:
-        raise ValueError(f"emulate_mma: block-scaled kind {kind.name!r} needs scale_{which}")
-    s = np.asarray(s)
-    nblk = s.shape[1] if which == "a" else s.shape[0]
-    other = s.shape[0] if which == "a" else s.shape[1]
-    if s.ndim != 2 or other != axis_len or nblk == 0 or K % nblk:
-        raise ValueError(f"emulate_mma: scale_{which} has shape {s.shape}; expected one scale per K-block "
-                         f"({'[M, K/block]' if which == 'a' else '[K/block, N]'}) with K = {K}")
-    block = K // nblk
-    opts = [o for o in kind.scales if int(o.block) == block and (scale_format is None or o.format == scale_format)]
-    if not opts:
-        allowed = [(o.format, int(o.block)) for o in kind.scales]
-        raise ValueError(f"emulate_mma: kind {kind.name!r} has no scale {scale_format or ''} with block {block}; "
-                         f"allowed (format, block): {allowed}")
-    if np.issubdtype(s.dtype, np.integer):
-        of = operand_format(opts[0].format)
-        return decode_codes(s, of), of, block
-    v = s.astype(np.float64)
-    for o in opts:
-        of = operand_format(o.format)
-        if of.representable(v).all():
-            return v, of, block
-    raise ValueError(f"emulate_mma: scale_{which} values are not representable in {[o.format for o in opts]}")
+        raise InputError(f"emulate_mma: {which} values span more than 2**16 grid steps; group sums would not be "
+                         "exact")
 
 
 def _sig_exp(s: np.ndarray, emin: int) -> tuple[np.ndarray, np.ndarray]:
@@ -199,22 +92,20 @@ class Prepared:
     def __init__(self, kind: MMAKind, a, b, scale_a=None, scale_b=None, a_format=None, b_format=None,
                  scale_format=None):
         self.kind, self.p = kind, kind_params(kind)
-        da, db = _decode_operand(a, a_format, kind, "a"), _decode_operand(b, b_format, kind, "b")
+        da, db = decode_pair(a, b, a_format, b_format, kind)
         M, K = da.values.shape
         if db.values.shape[0] != K:
-            raise ValueError(f"emulate_mma: a is {da.values.shape} and b is {db.values.shape}; need a [M,K], b [K,N]")
+            raise InputError(f"emulate_mma: a is {da.values.shape} and b is {db.values.shape}; need a [M,K], b [K,N]")
         self.M, self.K, self.N = M, K, db.values.shape[1]
         ks = [int(kind.k)] + list(kind.k_alt)
         if K == 0 or K % min(ks) or K % min(K, self.p.fused_len):
-            raise ValueError(f"emulate_mma: K = {K} is not a multiple of kind {kind.name!r}'s instruction K {ks}")
+            raise InputError(f"emulate_mma: K = {K} is not a multiple of kind {kind.name!r}'s instruction K {ks}")
         self.a, self.b = da.values, db.values
         self.ea, self.eb = align_exponents(self.a, da.emin), align_exponents(self.b, db.emin)
         self.sa = self.sb = None
         if kind.block_scaled:
-            sa, of, bs = _decode_scales(scale_a, kind, K, M, "a", scale_format)
-            sb, of_b, bs_b = _decode_scales(scale_b, kind, K, self.N, "b", of.name)
-            if bs_b != bs:
-                raise ValueError(f"emulate_mma: scale_a blocks of {bs} but scale_b blocks of {bs_b}")
+            sa, sb, sf, bs = decode_scales(scale_a, scale_b, kind, K, M, self.N, scale_format)
+            of = operand_format(sf)
             self.block, self.s_emin = bs, of.emin
             if self.p.algorithm == "gst_fdpa":
                 _check_group_exact(self.a, "a")
@@ -227,7 +118,7 @@ class Prepared:
                 self.ea = self.ea + np.repeat(_sig_exp(sa, of.emin)[1], bs, axis=1)
                 self.eb = self.eb + np.repeat(_sig_exp(sb, of.emin)[1], bs, axis=0)
         elif scale_a is not None or scale_b is not None:
-            raise ValueError(f"emulate_mma: kind {kind.name!r} is not block-scaled; scale_a/scale_b must be None")
+            raise InputError(f"emulate_mma: kind {kind.name!r} is not block-scaled; scale_a/scale_b must be None")
 
     def run(self, c: np.ndarray, k0: int = 0, k1: int | None = None, impl: str = "numba") -> np.ndarray:
         """float64 output-format values of the chain over K in [k0, k1) starting from c (float64 [M, N])."""
@@ -246,16 +137,17 @@ class Prepared:
             ssb, esb = _sig_exp(sb, self.s_emin)
             return nb.gst_fdpa_gemm(a, b, c, np.ascontiguousarray(ssa), np.ascontiguousarray(esa),
                                     np.ascontiguousarray(ssb), np.ascontiguousarray(esb), L, p.group,
-                                    p.frac_bits, p.e_zero, p.c_emin, p.out_rne, p.out_mbits, p.out_emin, p.out_emax)
+                                    p.frac_bits, p.e_zero, p.c_emin, p.out_rne, p.out_mbits, p.out_emin, p.out_emax,
+                                    p.keep_zero_sign)
         if impl == "reference":
             return mma_reference(a, ea, b, eb, c, _with_L(p, L))
         if p.algorithm in ("tr_fdpa", "gtr_fdpa"):
             return nb.tr_fdpa_gemm(a, ea, b, eb, c, L, p.frac_bits, p.join_frac_bits, p.algorithm == "gtr_fdpa",
-                                   p.out_rne, p.out_mbits, p.out_emin, p.out_emax)
+                                   p.out_rne, p.out_mbits, p.out_emin, p.out_emax, p.keep_zero_sign)
         ea = np.where(a == 0, nb.ZERO_EXP, ea).astype(np.int32)
         eb = np.where(b == 0, nb.ZERO_EXP, eb).astype(np.int32)
         return nb.t_fdpa_gemm(a, ea, b, eb, c, L, p.frac_bits, p.e_zero, p.c_emin, p.separate_c, p.out_rne,
-                              p.out_mbits, p.out_emin, p.out_emax)
+                              p.out_mbits, p.out_emin, p.out_emax, p.keep_zero_sign)
 
 
 def _with_L(p: ModelParams, L: int) -> ModelParams:
@@ -267,11 +159,11 @@ def _check_c(c: Any, kind: MMAKind, M: int, N: int) -> np.ndarray:
         return np.zeros((M, N))
     c = np.asarray(c)
     if c.shape != (M, N):
-        raise ValueError(f"emulate_mma: c has shape {c.shape}, expected {(M, N)}")
+        raise InputError(f"emulate_mma: c has shape {c.shape}, expected {(M, N)}")
     v = c.astype(np.float64)
     of = operand_format(kind.c_format)
     if not of.representable(v).all():
-        raise ValueError(f"emulate_mma: c has values not representable in the kind's accumulator {kind.c_format}")
+        raise InputError(f"emulate_mma: c has values not representable in the kind's accumulator {kind.c_format}")
     return v
 
 
@@ -303,15 +195,16 @@ def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16",
 def _quantized_parts(q: Any, name: str):
     """(values-or-codes, scales, tensor_scale, values table) from a QuantizedTensor-like object or an array."""
     if hasattr(q, "codes"):
-        table = _table_of(q.fmt) if hasattr(q, "fmt") else None
+        table = values_table(q.fmt) if hasattr(q, "fmt") else None
         if table is None:
-            raise ValueError(f"emulate_gemm: {name} has codes but no fmt.element.values table")
+            raise InputError(f"emulate_gemm: {name} has codes but no fmt.element.values table")
         return np.asarray(q.codes), np.asarray(q.scales, dtype=np.float64), getattr(q, "tensor_scale", None), table
     return np.asarray(q), None, None, None
 
 
 def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
                  promotion_interval: int | None = None, *, c=None, k_order: Any = None, scale_mode: str = "fold",
+                 a_format: Any = None, b_format: Any = None, scale_format: str | None = None,
                  impl: str = "numba") -> np.ndarray:
     """A @ B.T as a tiled GEMM kernel on the given tensor cores computes it; A [M,K], B [N,K], both along K.
 
@@ -327,50 +220,58 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     into an fp32 accumulator by a round-to-nearest-even FADD. ``k_order`` (a permutation of range(block_k)) is
     the order in which a lowering feeds each BLOCK_K tile's K-elements to the instructions. Tensor scales are
     applied last, as two fp32 multiplies: D = (acc * ts_a) * ts_b. ``c`` (fp32 [M, N]) is the initial
-    accumulator."""
+    accumulator. ``a_format`` / ``b_format`` / ``scale_format`` name the operand formats where the kind takes
+    several and the values do not decide (as for emulate_mma)."""
     k = resolve_kind(hw, kind)
+    if not hasattr(qa, "codes"):  # typed arrays name their format
+        qa, typed = typed_operand(qa)
+        a_format = a_format if a_format is not None else typed
+    if not hasattr(qb, "codes"):
+        qb, typed = typed_operand(qb)
+        b_format = b_format if b_format is not None else typed
     xa, sa, tsa, ta = _quantized_parts(qa, "qa")
     xb, sb, tsb, tb = _quantized_parts(qb, "qb")
     if xa.ndim != 2 or xb.ndim != 2 or xa.shape[1] != xb.shape[1]:
-        raise ValueError(f"emulate_gemm: need qa [M,K] and qb [N,K]; got {xa.shape} and {xb.shape}")
+        raise InputError(f"emulate_gemm: need qa [M,K] and qb [N,K]; got {xa.shape} and {xb.shape}")
     (M, K), N = xa.shape, xb.shape[0]
     sa = None if sa is None else np.repeat(sa, M // sa.shape[0], axis=0)  # 2-D tiles: one scale row per tile
     sb = None if sb is None else np.repeat(sb, N // sb.shape[0], axis=0)
     kinst = min([int(k.k)] + list(k.k_alt))
     if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
-        raise ValueError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+        raise InputError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
     if scale_mode not in ("fold", "per_block"):
-        raise ValueError(f"emulate_gemm: scale_mode {scale_mode!r} unknown; use 'fold' or 'per_block'")
+        raise InputError(f"emulate_gemm: scale_mode {scale_mode!r} unknown; use 'fold' or 'per_block'")
     if k_order is not None:
         perm = np.asarray(k_order)
         if block_k is None or k.block_scaled or not np.array_equal(np.sort(perm), np.arange(block_k)):
-            raise ValueError("emulate_gemm: k_order must be a permutation of range(block_k), on a kind without "
+            raise InputError("emulate_gemm: k_order must be a permutation of range(block_k), on a kind without "
                              "block scales")
         if ta is not None or tb is not None:
-            raise ValueError("emulate_gemm: k_order needs float operands (dequantize first)")
+            raise InputError("emulate_gemm: k_order needs float operands (dequantize first)")
         P = np.concatenate([k0 + perm for k0 in range(0, K, block_k)])
         xa, xb = xa[:, P], xb[:, P]
     per_block = scale_mode == "per_block" and not k.block_scaled
     if per_block and (ta is None or tb is None):
-        raise ValueError("emulate_gemm: scale_mode='per_block' needs quantized operands (codes and scales)")
+        raise InputError("emulate_gemm: scale_mode='per_block' needs quantized operands (codes and scales)")
     if k.block_scaled:
         if sa is None or sb is None:
-            raise ValueError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
-        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=ta, b_format=tb)
+            raise InputError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
+        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=ta if ta is not None else a_format,
+                        b_format=tb if tb is not None else b_format, scale_format=scale_format)
     elif per_block:
-        prep = Prepared(k, ta[xa], np.ascontiguousarray(tb[xb].T))
+        prep = Prepared(k, ta[xa], np.ascontiguousarray(tb[xb].T), a_format=a_format, b_format=b_format)
     else:
         va = ta[xa] * np.repeat(sa, K // sa.shape[1], axis=1) if ta is not None else xa
         vb = tb[xb] * np.repeat(sb, K // sb.shape[1], axis=1) if tb is not None else xb
         if k.tf32_truncate:
             va, vb = np.asarray(va, dtype=np.float32), np.asarray(vb, dtype=np.float32)
-        prep = Prepared(k, va, np.ascontiguousarray(vb.T))
+        prep = Prepared(k, va, np.ascontiguousarray(vb.T), a_format=a_format, b_format=b_format)
     c0 = _check_c(c, k, M, N) if c is not None else np.zeros((M, N))
     zero = np.zeros((M, N))
     if per_block:
         bs = K // sa.shape[1]
         if bs % kinst or promotion_interval is not None:
-            raise ValueError(f"emulate_gemm: per_block needs blocks of a multiple of {kinst} and no promotion_interval")
+            raise InputError(f"emulate_gemm: per_block needs blocks of a multiple of {kinst} and no promotion_interval")
         acc = c0.astype(np.float32)
         for j in range(K // bs):
             part = finish(prep.run(zero, j * bs, (j + 1) * bs, impl=impl), k)
@@ -381,7 +282,7 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     else:
         P = promotion_interval
         if P <= 0 or K % P or P % kinst:
-            raise ValueError(f"emulate_gemm: promotion_interval = {P} must divide K = {K} and be a multiple of {kinst}")
+            raise InputError(f"emulate_gemm: promotion_interval = {P} must divide K = {K} and be a multiple of {kinst}")
         acc = c0.astype(np.float32)
         for k0 in range(0, K, P):
             acc = acc + finish(prep.run(zero, k0, k0 + P, impl=impl), k)  # fp32 RNE FADD

@@ -19,8 +19,8 @@ _NB = dict(cache=True, nogil=True)
 
 
 @njit(**_NB)
-def round_output(x, rne, mbits, emin, emax):
-    """Scalar twin of mma_reference.round_output."""
+def round_output(x, rne, mbits, emin, emax, keep_sign=False):
+    """Scalar twin of mma_reference.round_output (keep_sign: zero_sign rule 'keep_underflow_sign')."""
     if x != x or x == np.inf or x == -np.inf:
         return x
     if x == 0.0:
@@ -31,6 +31,8 @@ def round_output(x, rne, mbits, emin, emax):
     y = math.ldexp(r, q)
     if abs(y) >= math.ldexp(1.0, emax + 1):
         y = math.copysign(np.inf, y)
+    if keep_sign:
+        return math.copysign(y, x)
     return y + 0.0
 
 
@@ -38,7 +40,7 @@ ZERO_EXP = -(1 << 29)  # alignment exponent given to zero operands by the T-FDPA
 
 
 @njit(parallel=True, **_NB)
-def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o_emin, o_emax):
+def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o_emin, o_emax, keep_sign=False):
     """T-FDPA (and ST-FDPA with scales folded into a/ea, b/eb) chained over K: a [M,K], b [K,N], c [M,N].
 
     ea/eb: int32 alignment exponents, ZERO_EXP where the operand is zero, so that a product is zero exactly when
@@ -93,14 +95,18 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
                 pw_b[j] = np.int64(1023 - q) << 52
             for j in range(N):
                 t = x[j] * pw[j]
-                x[j] = np.rint(t) if rne else np.trunc(t)
+                r = np.rint(t) if rne else np.trunc(t)
+                if keep_sign:  # an exact zero sum is +0; a nonzero one that rounds to zero keeps its sign
+                    r = math.copysign(r, t) if x[j] != 0.0 else 0.0
+                x[j] = r
             for j in range(N):
                 pw_b[j] = np.int64(emx[j] + 1023) << 52
             for j in range(N):
                 y = x[j] * pw[j]
                 if abs(y) >= lim:
                     y = math.copysign(np.inf, y)
-                y = y + 0.0
+                if not keep_sign:
+                    y = y + 0.0
                 if separate_c:
                     y = np.float64(np.float32(y) + np.float32(acc[j])) + 0.0
                 acc[j] = y
@@ -109,7 +115,8 @@ def t_fdpa_gemm(a, ea, b, eb, c, L, F, e_zero, c_emin, separate_c, rne, mbits, o
 
 
 @njit(parallel=True, **_NB)
-def gst_fdpa_gemm(a, b, c, ssa, esa, ssb, esb, L, G, F, e_zero, c_emin, rne, mbits, o_emin, o_emax):
+def gst_fdpa_gemm(a, b, c, ssa, esa, ssb, esb, L, G, F, e_zero, c_emin, rne, mbits, o_emin, o_emax,
+                  keep_sign=False):
     """GST-FDPA chained over K. ssa/esa [M, K/G]: scale significand/exponent per group (ssb/esb [K/G, N])."""
     M, K = a.shape
     N = b.shape[1]
@@ -152,7 +159,7 @@ def gst_fdpa_gemm(a, b, c, ssa, esa, ssb, esb, L, G, F, e_zero, c_emin, rne, mbi
                 tot = 0.0
                 for g in range(ng + 1):
                     tot += np.trunc(math.ldexp(vals[g], F - e_max))
-                acc = round_output(math.ldexp(tot, e_max - F), rne, mbits, o_emin, o_emax)
+                acc = round_output(math.ldexp(tot, e_max - F), rne, mbits, o_emin, o_emax, keep_sign)
             out[i, j] = acc
     return out
 
@@ -170,7 +177,7 @@ def _trunc_sum(vals, exps, lo, hi, step, F):
 
 
 @njit(parallel=True, **_NB)
-def tr_fdpa_gemm(a, ea, b, eb, c, L, F, F2, parity, rne, mbits, o_emin, o_emax):
+def tr_fdpa_gemm(a, ea, b, eb, c, L, F, F2, parity, rne, mbits, o_emin, o_emax, keep_sign=False):
     """CDNA3 TR-FDPA (parity=False) / GTR-FDPA (parity=True) chained over K; twin of the reference."""
     M, K = a.shape
     N = b.shape[1]
@@ -211,6 +218,6 @@ def tr_fdpa_gemm(a, ea, b, eb, c, L, F, F2, parity, rne, mbits, o_emin, o_emax):
                 xv = math.ldexp(dot + cc, e_max)
                 e = max(math.frexp(xv)[1] - 1, -126)
                 xv = math.ldexp(np.floor(math.ldexp(xv, F2 - e)), e - F2)
-                acc = round_output(xv, rne, mbits, o_emin, o_emax)
+                acc = round_output(xv, rne, mbits, o_emin, o_emax, keep_sign)
             out[i, j] = acc
     return out

@@ -32,6 +32,7 @@ class ModelParams:
     out_mbits: int  # fraction bits kept in the output
     out_emin: int  # output emin (gradual underflow below it)
     out_emax: int  # output emax (results of magnitude >= 2**(emax+1) become Inf)
+    keep_zero_sign: bool = False  # zero_sign 'keep_underflow_sign': a nonzero result rounding to 0 keeps its sign
 
 
 def exponent(x: float, emin: int) -> int:
@@ -40,7 +41,8 @@ def exponent(x: float, emin: int) -> int:
 
 
 def round_output(x: float, p: ModelParams) -> float:
-    """Round an exact value to the output format (RZ or RNE, gradual underflow, overflow to Inf, -0 -> +0)."""
+    """Round an exact value to the output format (RZ or RNE, gradual underflow, overflow to Inf). Zero results
+    are +0, except under ``keep_zero_sign`` where a nonzero x that rounds to zero gives a zero of x's sign."""
     if math.isnan(x) or math.isinf(x):
         return x
     if x == 0.0:
@@ -51,6 +53,8 @@ def round_output(x: float, p: ModelParams) -> float:
     y = math.ldexp(r, q)
     if abs(y) >= 2.0 ** (p.out_emax + 1):
         return math.copysign(math.inf, y)
+    if p.keep_zero_sign:
+        return math.copysign(y, x)
     return y + 0.0
 
 

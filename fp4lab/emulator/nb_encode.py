@@ -13,11 +13,11 @@ import numpy as np
 from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_tables import (
-    ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SMAX, F_TARGETS, OV_NAN,
-    OV_SATURATE, P_BS, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD,
+    ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_BUMP_S, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SCRIT, F_SMAX,
+    F_TARGETS, OV_NAN, OV_SATURATE, P_BS, P_BUMP, P_BUMP_CODE, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD,
     P_FABS_MASK, P_FCODE_NEG, P_FCODE_POS, P_FUSED, P_HAS_MAX, P_HAS_MIN, P_KEEP_SIGN, P_M1, P_NAN_CODE, P_NAN_PROP,
-    P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SBKT_K, P_SBKT_SH, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN,
-    P_SOFF, P_SROUND, P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
+    P_NLEV, P_NTARGETS, P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SBKT_K, P_SBKT_SH, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN,
+    P_RANGE, P_SOFF, P_SOVF, P_SROUND, P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
 )
 
 NJ = dict(cache=True, error_model="numpy")
@@ -119,8 +119,9 @@ def encode_run(t, out, rnd, n, ip, fp, ethr, ecodes, cnt):
 
 
 @njit(inline="always", **NJ)
-def _pow2_code(v, rounding, bias, maxcode, nancode):
-    """``ref_encode.pow2_exponent`` + bias, clipped to [0, maxcode]; NaN gives ``nancode``."""
+def _pow2_code(v, rounding, bias, maxcode, nancode, ovf_nan):
+    """``ref_encode.pow2_exponent`` + bias, clipped to [0, maxcode]; NaN gives ``nancode``, and so does a code above
+    ``maxcode`` when ``ovf_nan`` (``scale_overflow = "nan"``)."""
     if v != v:
         return np.int64(nancode)
     if math.isinf(v):
@@ -139,6 +140,8 @@ def _pow2_code(v, rounding, bias, maxcode, nancode):
             k = floor_k if m == 0.5 else floor_k + 1
         else:
             k = floor_k
+    if ovf_nan and k + bias > maxcode:
+        return np.int64(nancode)
     return min(max(k + bias, np.int64(0)), np.int64(maxcode))
 
 
@@ -211,7 +214,51 @@ def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code):
                 code[bi] = ip[P_SNAN]
     else:
         for bi in range(nb):
-            code[bi] = _pow2_code(ideal[bi], rounding, ip[P_SBIAS], ip[P_SMAXCODE], ip[P_SNAN])
+            code[bi] = _pow2_code(ideal[bi], rounding, ip[P_SBIAS], ip[P_SMAXCODE], ip[P_SNAN], ip[P_SOVF])
+
+
+@njit(inline="always", **NJ)
+def _decode_scale(code, kind, sdec):
+    if kind == SK_FP32:
+        return u32_to_f32(np.uint32(code))
+    if kind == SK_BF16:
+        return u32_to_f32(np.uint32(code << 16))
+    return sdec[code]
+
+
+@njit(inline="always", **NJ)
+def decoded_caps(S, ip, fp):
+    """``range_policy.decoded_caps`` of one block scale: (lo, hi), -Inf / +Inf where there is no cap (always for
+    scales below F_SCRIT and formats without P_RANGE)."""
+    lo = -np.float32(np.inf)
+    hi = np.float32(np.inf)
+    if ip[P_RANGE] and S >= fp[F_SCRIT] and not math.isinf(S):
+        base = F_TARGETS + 2 * ip[P_NTARGETS]
+        n = ip[P_NLEV]
+        pos = np.float32(0.0)
+        neg = np.float32(0.0)
+        for k in range(n):
+            v = fp[base + k]
+            if not math.isinf(v * S):
+                if v >= 0 and v > pos:
+                    pos = v
+                if v <= 0 and v < neg:
+                    neg = v
+        if math.isinf(fp[base] * S):
+            lo = neg
+        if math.isinf(fp[base + n - 1] * S):
+            hi = pos
+    return lo, hi
+
+
+@njit(inline="always", **NJ)
+def _cap(t, lo, hi):
+    """``min(max(t, lo), hi)``, NaN staying NaN (numpy's minimum / maximum)."""
+    if t > hi:
+        return hi
+    if t < lo:
+        return lo
+    return t
 
 
 @njit(**NJ)
@@ -236,6 +283,14 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
             if rule == RULE_CEIL:
                 e += np.int64((bits & 0x7FFFFF) != 0)
             code[bi] = min(max(e + shift, np.int64(0)), top)
+    kind = ip[P_SKIND]
+    if ip[P_BUMP]:  # range_policy.multiplier_floor: a non-zero scale whose multiplier overflows takes F_BUMP_S
+        smin = fp[F_BUMP_S]
+        for bi in range(nb):
+            if amax[bi] > 0:
+                s0 = _decode_scale(code[bi], kind, sdec)
+                if s0 > 0 and s0 < smin:
+                    code[bi] = ip[P_BUMP_CODE]
     zero_policy = ip[P_ZERO_POLICY] != 0
     nan_prop = ip[P_NAN_PROP] != 0
     for bi in range(nb):
@@ -246,7 +301,6 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
             code[bi] = ip[P_CODE_INF]
         if nan:
             code[bi] = ip[P_CODE_NAN]
-    kind = ip[P_SKIND]
     if kind == SK_FP32:
         for bi in range(nb):
             S[bi] = u32_to_f32(np.uint32(code[bi]))
@@ -304,11 +358,12 @@ def block_stats(xv, nb, bs, amax, hnan, hinf):
 
 
 @njit(**NJ)
-def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip):
+def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
     """Scaled elements ``t`` of nb blocks (``ref_quantize.scale_elements``): ``x / S`` or ``x / float32(S*ts)``,
     ``x * float32(1/S)`` or ``x * float32(float32(1/ts)/S)``; a zero scale gives a signed zero (NaN stays);
     reciprocal: a zero x stays x where the reciprocal overflowed to Inf; "encode" arithmetic:
-    ``x * min(float32(1/float32(S*ts)), FLT_MAX)``, no zero-scale case."""
+    ``x * min(float32(1/float32(S*ts)), FLT_MAX)``, no zero-scale case. Tensor scale 1: ``t`` beyond the block's
+    ``decoded_caps`` takes the cap."""
     bs = ip[P_BS]
     if ip[P_ENCODE_ARITH]:
         for bi in range(nb):
@@ -317,6 +372,10 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip):
                 R = FLT_MAX
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] * R
+            if ip[P_RANGE] and (not two_level or ts == 1):
+                lo, hi = decoded_caps(S[bi], ip, fp)
+                for j in range(bi * bs, bi * bs + bs):
+                    t[j] = _cap(t[j], lo, hi)
         return
     if ip[P_ESCALE]:
         for bi in range(nb):
@@ -338,23 +397,33 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip):
                 v = xv[j]
                 if v == v:
                     t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
+    if ip[P_RANGE] and (not two_level or ts == 1):
+        for bi in range(nb):
+            lo, hi = decoded_caps(S[bi], ip, fp)
+            if hi != np.inf or lo != -np.inf:
+                for j in range(bi * bs, bi * bs + bs):
+                    t[j] = _cap(t[j], lo, hi)
 
 
 @njit(**NJ)
-def block_errors(xv, cand, S, nb, bs, ts, two_level, evals, err):
-    """float32 sum over each block, in element order, of ``(float32(evals[code] * S [* ts]) - x)^2``."""
+def block_errors(xv, cand, S, nb, bs, ts, two_level, evals, err, errmode):
+    """float32 sum over each block, in element order, of ``(float32(evals[code] * S [* ts]) - x)^2``;
+    ``errmode`` bits (``nb_tables.P_ERR``): 1 absolute instead of squared errors, 2 ``evals[code] * (S * ts)``."""
+    absolute = (errmode & 1) != 0
+    product_first = two_level and (errmode & 2) != 0
     for bi in range(nb):
         e = np.float32(0.0)
+        s = S[bi] * ts if product_first else S[bi]
         for j in range(bi * bs, bi * bs + bs):
-            d = evals[cand[j]] * S[bi]
-            if two_level:
+            d = evals[cand[j]] * s
+            if two_level and not product_first:
                 d = d * ts
             d = d - xv[j]
-            e = e + d * d
+            e = e + (abs(d) if absolute else d * d)
         err[bi] = e
 
 
-K_MUL, K_DIV, K_EXACT = 0, 1, 2  # per-block element scaling of the fused loop
+K_MUL, K_DIV, K_EXACT, K_CAP = 0, 1, 2, 3  # per-block element scaling of the fused loop
 
 
 def _make_fused(width: int):
@@ -373,7 +442,8 @@ def _make_fused(width: int):
         return nan_code if t != t else np.uint8(cn if neg else cp)
 
     @njit(**NJ)
-    def fused(xv, out, mult, kind, S, nb, bs, use_div, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg):
+    def fused(xv, out, mult, kind, S, nb, bs, use_div, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg,
+              caps):
         for bi in range(nb):
             m = mult[bi]
             xb = xv[bi * bs:bi * bs + bs]
@@ -385,6 +455,12 @@ def _make_fused(width: int):
             elif kb == K_DIV:
                 for j in range(bs):
                     ob[j] = code_of(xb[j] / m, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
+            elif kb == K_CAP:  # decoded-range caps (a large finite scale: no zero or Inf special case)
+                lo = caps[2 * bi]
+                hi = caps[2 * bi + 1]
+                for j in range(bs):
+                    t = _cap(xb[j] / m if use_div else xb[j] * m, lo, hi)
+                    ob[j] = code_of(t, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
             else:  # zero scale (signed zero, NaN stays) or a reciprocal that overflowed (0 * inf stays 0)
                 for j in range(bs):
                     v = xb[j]
@@ -401,18 +477,33 @@ _fused16 = _make_fused(16)
 
 
 @njit(**NJ)
-def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fthr, fdelta):
+def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fp, fthr, fdelta):
     """``scale_elements`` then ``encode_run`` in one pass without storing ``t`` (same float32 operations), for
     deterministic rounding, saturating overflow, blocks of a multiple of 16 and at most 16 thresholds
     (``nb_tables._fused_tables``). A divisor that is a normal power of two whose reciprocal is a float32
     (2^-126..2^127) becomes a multiplication by that exact reciprocal: ``x / 2^k`` and ``x * 2^-k`` are the same
-    correctly rounded real number, subnormal results included."""
+    correctly rounded real number, subnormal results included. Blocks with ``decoded_caps`` clamp ``t``."""
     mult = np.empty(nb, np.float32)
     kind = np.empty(nb, np.int8)
+    caps = np.empty(2 * nb if ip[P_RANGE] else 2, np.float32)
     encode_arith = ip[P_ENCODE_ARITH] != 0
     use_div = not encode_arith and ip[P_ESCALE] == 0
     for bi in range(nb):
         k = K_MUL
+        if ip[P_RANGE] and (not two_level or ts == 1):
+            lo, hi = decoded_caps(S[bi], ip, fp)
+            if hi != np.inf or lo != -np.inf:
+                caps[2 * bi] = lo
+                caps[2 * bi + 1] = hi
+                if encode_arith:
+                    r = np.float32(1.0) / S[bi]
+                    mult[bi] = FLT_MAX if r > FLT_MAX else r
+                elif use_div:
+                    mult[bi] = S[bi]
+                else:
+                    mult[bi] = np.float32(1.0) / S[bi]
+                kind[bi] = K_CAP
+                continue
         if encode_arith:
             r = np.float32(1.0) / ((S[bi] * ts) if two_level else S[bi])
             m = FLT_MAX if r > FLT_MAX else r
@@ -434,7 +525,7 @@ def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fthr, fdelta):
     d1 = fdelta[1]
     args = (xv, out, mult, kind, S, nb, ip[P_BS], use_div, np.uint32(ip[P_FABS_MASK]), fthr, d0, d1,
             np.uint32(ip[P_KEEP_SIGN]), np.uint8(ip[P_NAN_CODE]), np.int32(ip[P_FCODE_POS]),
-            np.int32(ip[P_FCODE_NEG]))
+            np.int32(ip[P_FCODE_NEG]), caps)
     if ip[P_FUSED] == 8:
         _fused8(*args)
     else:

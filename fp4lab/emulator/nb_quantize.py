@@ -1,4 +1,4 @@
-"""Parallel numba kernels for block-scaled quantize / dequantize over flat float32 arrays.
+"""Multithreaded numba kernels for block-scaled quantize / dequantize over flat float32 arrays.
 
 Block geometry (``Geometry``) covers every layout with one compiled kernel: the scale array is viewed as
 ``[nA, nB, nC]`` (C order, = the reference's ``scale_shape``); block ``(a, b, c)`` starts at flat element
@@ -9,36 +9,88 @@ further on, so the block's element order is the reference's ``BlockView.to_block
 * 1-D blocks along axis ``k`` of ``[O, K, I]``: ``[O, K/bs, I]``, element stride ``I`` (gathered per block);
 * 2-D ``r x c`` tiles of ``[L, R, C]``: ``[L, R/r, C/c]``, ``rows = r``, ``s_row = C``.
 
-Work items are runs of up to ``CHUNK`` elements' worth of blocks along ``c``; ``prange`` spreads them over cores.
-Per work item (one njit call: loops written inside a prange body do not vectorize): gather (if not contiguous),
-block amax / NaN / Inf flags from the float32 bits (``nb_encode.block_stats``), the scales per target
-(``nb_encode.chunk_scales``), the scaled elements exactly as ``ref_quantize.scale_elements`` rounded onto the grid
-(``nb_encode.scale_encode_fused`` where ``nb_tables`` allows it, else ``scale_elements`` + ``encode_run``), and
-for several targets the float32 squared error in element order (ties keep the first target).
+Work items are runs of up to ``CHUNK`` elements' worth of blocks along ``c``; ``run_items`` splits them into one
+run of items per thread (``numba.get_num_threads()`` threads; the kernels release the GIL). Per work item: gather
+(if not contiguous), block amax / NaN / Inf flags from the float32 bits (``nb_encode.block_stats``), the scales
+per target (``nb_encode.chunk_scales``), the scaled elements exactly as ``ref_quantize.scale_elements`` rounded
+onto the grid (``nb_encode.scale_encode_fused`` where ``nb_tables`` allows it, else ``scale_elements`` +
+``encode_run``), and for several targets the float32 squared error in element order (ties keep the first target).
+Dequantize reads and writes strided layouts in place. ``finite_amax`` and ``decode_flat`` are numpy (no kernel).
 SR draws: the element at flat index i uses the comparand of ``philox.sr_random_bits_reference`` at width ``sr_bits``
 (24: word ``i % 4`` of ``philox4x32_10(seed, i // 4)`` shifted right by 8).
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
-from numba import prange
 
 from fp4lab.emulator.jit import njit
-from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_encode import (
-    ABS_MASK, block_errors, block_stats, chunk_scales, encode_run, scale_elements, scale_encode_fused,
+    block_errors, block_stats, chunk_scales, encode_run, scale_elements, scale_encode_fused,
 )
-from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_FUSED, P_NTARGETS
+from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_ERR, P_FUSED, P_NTARGETS
 from fp4lab.emulator.philox import philox4x32_10, sr_call_and_word, sr_comparand
 
 CHUNK = 16384  # elements per work item (blocks are never split)
-NJP = dict(cache=True, error_model="numpy", parallel=True)
+NJI = dict(cache=True, error_model="numpy", nogil=True)  # work items: run on a thread pool (``run_items``)
+NJH = dict(cache=True, error_model="numpy")  # helpers of the item kernels
+# The small helpers are inlined at the numba IR level: a separately compiled function costs a compile of its own
+# (about 0.1 s on 2 cores) and is linked and optimized again inside every caller.
+ABS_MASK = np.uint32(0x7FFFFFFF)
 EXP_MASK = np.uint32(0x7F800000)
 U_MASK32 = np.uint64(0xFFFFFFFF)
 U_32 = np.uint64(32)
+F32 = np.float32
+
+
+_POOL: dict[str, Any] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _reset_pool() -> None:  # a forked child has none of its parent's threads
+    _POOL.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool)
+
+
+def _workers() -> int:
+    import numba
+
+    return max(1, int(numba.get_num_threads()))  # NUMBA_NUM_THREADS / numba.set_num_threads, as prange would
+
+
+def run_items(fn: Callable[..., None], n_items: int, args: tuple) -> None:
+    """``fn(lo, hi, *args)`` runs work items ``lo..hi-1``; the items ``range(n_items)`` are split into one
+    contiguous run per thread of a pool of ``numba.get_num_threads()`` threads (the kernels release the GIL; each
+    item writes only its own outputs, so the split does not change a bit). A thread pool instead of a ``prange``
+    loop: a parfor compiles the kernel tree twice more (typing pass, gufunc, caller), which tripled the first-run
+    compile time."""
+    threads = _workers()
+    workers = min(threads, n_items)
+    if workers <= 1:
+        if n_items > 0:
+            fn(0, n_items, *args)
+        return
+    with _POOL_LOCK:
+        pool = _POOL.get("pool")
+        if pool is None or _POOL.get("threads") != threads:  # the caller's thread is the pool's extra worker
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = _POOL["pool"] = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="fp4lab")
+            _POOL["threads"] = threads
+    bounds = [n_items * k // workers for k in range(workers + 1)]
+    futures = [pool.submit(fn, bounds[k], bounds[k + 1], *args) for k in range(1, workers)]
+    fn(bounds[0], bounds[1], *args)
+    for f in futures:
+        f.result()
 
 
 @dataclass(frozen=True)
@@ -81,7 +133,7 @@ class Geometry:
         return cls(lead, R // r, C // c, R * C, r * C, c, r, c, C, 1)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(inline="always", **NJH)
 def _block_base(geo, w, nch, cpb):
     """(first c index, number of blocks, flat start of block 0, scale index of block 0) of work item w."""
     per_a = geo[1] * nch
@@ -92,7 +144,7 @@ def _block_base(geo, w, nch, cpb):
     return c0, nb, a * geo[3] + b * geo[4] + c0 * geo[5], (a * geo[1] + b) * geo[2] + c0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(inline="always", **NJH)
 def _gather(x, xs, base0, nb, geo):
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
     k = 0
@@ -105,7 +157,7 @@ def _gather(x, xs, base0, nb, geo):
                 k += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(inline="always", **NJH)
 def _scatter(src, dst, base0, nb, geo):
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
     k = 0
@@ -118,7 +170,7 @@ def _scatter(src, dst, base0, nb, geo):
                 k += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(**NJH)
 def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits):
     """SR comparands of a work item's elements, in block-element order; one Philox call per call index."""
     sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
@@ -139,156 +191,185 @@ def _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits):
                 k += 1
 
 
-@njit(cache=True, error_model="numpy")
-def _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
-                   ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
-    """One work item of ``quantize_blocks`` (a separate function: loops inside a prange body do not vectorize)."""
-    bs = ip[P_BS]
-    ntg = ip[P_NTARGETS]
-    sr = ip[P_ENC] == ENC_SR
-    contiguous = geo[10] != 0
-    cpb = max(1, CHUNK // bs)
-    nch = (geo[2] + cpb - 1) // cpb
-    c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
-    nel = nb * bs
-    if contiguous:
-        xv = x[base0:base0 + nel]
-    else:
-        xv = np.empty(nel, np.float32)
-        _gather(x, xv, base0, nb, geo)
-    unfused = ip[P_FUSED] == 0
-    t = np.empty(nel if unfused else 1, np.float32)
-    cnt = np.empty(nel if unfused else 1, np.int32)
-    rnd = np.empty(nel if sr else 1, np.uint32)
-    if sr:
-        _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits)
-    if contiguous and ntg == 1:
-        cand = codes[base0:base0 + nel]
-    else:
-        cand = np.empty(nel, np.uint8)
-    best = np.empty(nel if ntg > 1 else 1, np.uint8)
-    amax = np.empty(nb, np.float32)
-    hnan = np.empty(nb, np.bool_)
-    hinf = np.empty(nb, np.bool_)
-    block_stats(xv, nb, bs, amax, hnan, hinf)
-    ccode = np.empty(nb, np.int64)
-    cscale = np.empty(nb, np.float32)
-    err = np.empty(nb if ntg > 1 else 1, np.float32)
-    best_err = np.empty(nb if ntg > 1 else 1, np.float32)
-    for ti in range(ntg):
-        chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, ccode, cscale)
-        if ip[P_FUSED]:
-            scale_encode_fused(xv, cand, cscale, nb, ts, inv_ts, two_level, ip, fthr, fdelta)
-        else:
-            scale_elements(xv, t, cscale, nb, ts, inv_ts, two_level, ip)
-            encode_run(t, cand, rnd, nel, ip, fp, ethr, ecodes, cnt)
-        if ntg == 1:
-            for bi in range(nb):
-                scode_out[s0 + bi] = ccode[bi]
-                s_out[s0 + bi] = cscale[bi]
-            continue
-        block_errors(xv, cand, cscale, nb, bs, ts, two_level, evals, err)
-        for bi in range(nb):  # the first target wins ties
-            if ti == 0 or err[bi] < best_err[bi]:
-                best_err[bi] = err[bi]
-                scode_out[s0 + bi] = ccode[bi]
-                s_out[s0 + bi] = cscale[bi]
-                for j in range(bi * bs, bi * bs + bs):
-                    best[j] = cand[j]
-    result = best if ntg > 1 else cand
-    if contiguous:
-        if ntg > 1:
-            codes[base0:base0 + nel] = result
-    else:
-        _scatter(result, codes, base0, nb, geo)
+def _make_quantize_items(fused: bool) -> Any:
+    """The kernel of ``quantize_blocks`` over work items ``lo..hi-1``, for fused (``nb_tables`` set ``P_FUSED``:
+    deterministic rounding, fused scale+encode loop) or unfused formats (SR, wide grids, odd blocks, overflow to
+    NaN/Inf). Two kernels instead of one with both paths: a call compiles (and caches) only the path its format
+    takes (``fused`` is a compile-time constant, so the other branch is pruned before typing)."""
+
+    @njit(**NJI)
+    def _quantize_items(lo, hi, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi,
+                        sr_bits, ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
+        bs = ip[P_BS]
+        ntg = ip[P_NTARGETS]
+        sr = ip[P_ENC] == ENC_SR
+        contiguous = geo[10] != 0
+        cpb = max(1, CHUNK // bs)
+        nch = (geo[2] + cpb - 1) // cpb
+        for w in range(lo, hi):
+            c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
+            nel = nb * bs
+            if contiguous:
+                xv = x[base0:base0 + nel]
+            else:
+                xv = np.empty(nel, np.float32)
+                _gather(x, xv, base0, nb, geo)
+            if not fused:
+                t = np.empty(nel, np.float32)
+                cnt = np.empty(nel, np.int32)
+                rnd = np.empty(nel if sr else 1, np.uint32)
+                if sr:
+                    _sr_draws(rnd, base0, nb, geo, seed_lo, seed_hi, sr_bits)
+            if contiguous and ntg == 1:
+                cand = codes[base0:base0 + nel]
+            else:
+                cand = np.empty(nel, np.uint8)
+            best = np.empty(nel if ntg > 1 else 1, np.uint8)
+            amax = np.empty(nb, np.float32)
+            hnan = np.empty(nb, np.bool_)
+            hinf = np.empty(nb, np.bool_)
+            block_stats(xv, nb, bs, amax, hnan, hinf)
+            ccode = np.empty(nb, np.int64)
+            cscale = np.empty(nb, np.float32)
+            err = np.empty(nb if ntg > 1 else 1, np.float32)
+            best_err = np.empty(nb if ntg > 1 else 1, np.float32)
+            for ti in range(ntg):
+                chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, ccode,
+                             cscale)
+                if fused:
+                    scale_encode_fused(xv, cand, cscale, nb, ts, inv_ts, two_level, ip, fp, fthr, fdelta)
+                else:
+                    scale_elements(xv, t, cscale, nb, ts, inv_ts, two_level, ip, fp)
+                    encode_run(t, cand, rnd, nel, ip, fp, ethr, ecodes, cnt)
+                if ntg == 1:
+                    for bi in range(nb):
+                        scode_out[s0 + bi] = ccode[bi]
+                        s_out[s0 + bi] = cscale[bi]
+                    continue
+                block_errors(xv, cand, cscale, nb, bs, ts, two_level, evals, err, ip[P_ERR])
+                for bi in range(nb):  # the first target wins ties
+                    if ti == 0 or err[bi] < best_err[bi]:
+                        best_err[bi] = err[bi]
+                        scode_out[s0 + bi] = ccode[bi]
+                        s_out[s0 + bi] = cscale[bi]
+                        for j in range(bi * bs, bi * bs + bs):
+                            best[j] = cand[j]
+            result = best if ntg > 1 else cand
+            if not contiguous:
+                _scatter(result, codes, base0, nb, geo)
+            elif ntg > 1:  # an element loop, not a slice assignment (whose shape check compiles an error formatter)
+                for j in range(nel):
+                    codes[base0 + j] = result[j]
+
+    return _quantize_items
 
 
-@njit(**NJP)
+_quantize_items_fused = _make_quantize_items(True)
+_quantize_items_unfused = _make_quantize_items(False)
+
+
+def _readonly(*arrays: np.ndarray) -> list[np.ndarray]:
+    """Read-only views of the kernels' input arrays. numba types a read-only array apart from a writable one, so
+    a caller's mix of cached (read-only) tables and fresh copies would compile every kernel twice; scalar
+    arguments are cast to one type each by the wrappers for the same reason."""
+    out = []
+    for a in arrays:
+        if a.flags.writeable:
+            a = a.view()
+            a.flags.writeable = False
+        out.append(a)
+    return out
+
+
+def _n_items(geo: np.ndarray, bs: int) -> int:
+    cpb = max(1, CHUNK // int(bs))
+    return int(geo[0]) * int(geo[1]) * ((int(geo[2]) + cpb - 1) // cpb)
+
+
 def quantize_blocks(x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
                     ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
     """Quantize flat float32 ``x`` block by block: element codes into ``codes`` (flat, x's layout), scale codes
     (uint32) and decoded scales into ``scode_out`` / ``s_out`` (flat scale layout). ``ts``: decode tensor
     scale (used if ``two_level``), ``inv_ts = float32(1/ts)``, ``gmul``: per-target "encode" multipliers."""
-    cpb = max(1, CHUNK // ip[P_BS])
-    n_items = geo[0] * geo[1] * ((geo[2] + cpb - 1) // cpb)
-    for w in prange(n_items):
-        _quantize_item(w, x, codes, scode_out, s_out, geo, ts, inv_ts, two_level, gmul, seed_lo, seed_hi, sr_bits,
-                       ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
+    ins = _readonly(x, geo, gmul, ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
+    run_items(_quantize_items_fused if ip[P_FUSED] else _quantize_items_unfused, _n_items(geo, ip[P_BS]),
+              (ins[0], codes, scode_out, s_out, ins[1], F32(ts), F32(inv_ts), bool(two_level), ins[2],
+               np.uint64(seed_lo), np.uint64(seed_hi), np.int64(sr_bits), *ins[3:]))
 
 
-@njit(**NJP)
-def encode_flat(x, codes, seed_lo, seed_hi, sr_bits, ip, fp, ethr, ecodes):
-    """Element-only formats: round every element of flat float32 ``x`` onto the grid (no scale)."""
+@njit(**NJI)
+def _encode_flat_items(lo, hi, x, codes, seed_lo, seed_hi, sr_bits, ip, fp, ethr, ecodes):
+    """Work items ``lo..hi-1`` (item w: elements ``w*CHUNK ..``) of ``encode_flat``."""
     n = x.shape[0]
     sr = ip[P_ENC] == ENC_SR
-    nch = (n + CHUNK - 1) // CHUNK
     geo = np.array([1, 1, n, 0, 0, 1, 1, 1, 0, 1, 1], np.int64)
-    for w in prange(nch):
-        lo = w * CHUNK
-        m = min(CHUNK, n - lo)
+    for w in range(lo, hi):
+        e0 = w * CHUNK
+        m = min(CHUNK, n - e0)
         cnt = np.empty(m, np.int32)
         rnd = np.empty(m if sr else 1, np.uint32)
         if sr:
-            _sr_draws(rnd, lo, m, geo, seed_lo, seed_hi, sr_bits)
-        encode_run(x[lo:lo + m], codes[lo:lo + m], rnd, m, ip, fp, ethr, ecodes, cnt)
+            _sr_draws(rnd, e0, m, geo, seed_lo, seed_hi, sr_bits)
+        encode_run(x[e0:e0 + m], codes[e0:e0 + m], rnd, m, ip, fp, ethr, ecodes, cnt)
 
 
-@njit(cache=True, error_model="numpy")
-def _finite_amax_bits(x):
-    mx = np.uint32(0)
-    for i in range(x.shape[0]):
-        u = f32_to_u32(x[i]) & ABS_MASK
-        mx = max(mx, u if u < EXP_MASK else np.uint32(0))
-    return mx
+def encode_flat(x, codes, seed_lo, seed_hi, sr_bits, ip, fp, ethr, ecodes):
+    """Element-only formats: round every element of flat float32 ``x`` onto the grid (no scale)."""
+    ins = _readonly(x, ip, fp, ethr, ecodes)
+    run_items(_encode_flat_items, (x.shape[0] + CHUNK - 1) // CHUNK,
+              (ins[0], codes, np.uint64(seed_lo), np.uint64(seed_hi), np.int64(sr_bits), *ins[1:]))
 
 
-@njit(**NJP)
-def finite_amax(x):
-    """float32 max of |x| over the finite elements of flat ``x`` (0 if none), from the float32 bits."""
-    n = x.shape[0]
-    nch = (n + CHUNK - 1) // CHUNK
-    part = np.zeros(max(nch, 1), np.uint32)
-    for w in prange(nch):
-        part[w] = _finite_amax_bits(x[w * CHUNK:min(n, w * CHUNK + CHUNK)])
-    return u32_to_f32(part.max())
-
-
-@njit(cache=True, error_model="numpy")
-def _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out):
+@njit(**NJI)
+def _dequantize_items(lo, hi, codes, scales, geo, bs, ts, two_level, evals, out):
+    """Work items ``lo..hi-1`` of ``dequantize_blocks``; strided layouts are read and written in place."""
+    sc, rows, cw, s_row, s_col = geo[5], geo[6], geo[7], geo[8], geo[9]
     contiguous = geo[10] != 0
     cpb = max(1, CHUNK // bs)
     nch = (geo[2] + cpb - 1) // cpb
-    c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
-    nel = nb * bs
-    if contiguous:
-        cv = codes[base0:base0 + nel]
-        ov = out[base0:base0 + nel]
-    else:
-        cv = np.empty(nel, np.uint8)
-        ov = np.empty(nel, np.float32)
-        _gather(codes, cv, base0, nb, geo)
-    for bi in range(nb):
-        S = scales[s0 + bi]
-        for j in range(bi * bs, bi * bs + bs):
-            v = evals[cv[j]] * S
-            if two_level:
-                v = v * ts
-            ov[j] = v
-    if not contiguous:
-        _scatter(ov, out, base0, nb, geo)
+    for w in range(lo, hi):
+        c0, nb, base0, s0 = _block_base(geo, w, nch, cpb)
+        for bi in range(nb):
+            S = scales[s0 + bi]
+            base = base0 + bi * sc
+            if contiguous:
+                for j in range(base, base + bs):
+                    v = evals[codes[j]] * S
+                    if two_level:
+                        v = v * ts
+                    out[j] = v
+                continue
+            for r in range(rows):
+                p = base + r * s_row
+                for q in range(cw):
+                    k = p + q * s_col
+                    v = evals[codes[k]] * S
+                    if two_level:
+                        v = v * ts
+                    out[k] = v
 
 
-@njit(**NJP)
 def dequantize_blocks(codes, scales, geo, bs, ts, two_level, evals, out):
     """``out = float32(evals[code] * S)`` (then ``* ts`` for two-level formats), same geometry as quantize."""
-    cpb = max(1, CHUNK // bs)
-    n_items = geo[0] * geo[1] * ((geo[2] + cpb - 1) // cpb)
-    for w in prange(n_items):
-        _dequantize_item(w, codes, scales, geo, bs, ts, two_level, evals, out)
+    codes, scales, geo, evals = _readonly(codes, scales, geo, evals)
+    run_items(_dequantize_items, _n_items(geo, bs),
+              (codes, scales, geo, np.int64(bs), F32(ts), bool(two_level), evals, out))
 
 
-@njit(**NJP)
 def decode_flat(codes, evals, out):
-    """Element-only formats: ``out = evals[codes]``."""
-    for i in prange(codes.shape[0]):
-        out[i] = evals[codes[i]]
+    """Element-only formats: ``out = evals[codes]`` (a gather: numpy, no kernel)."""
+    np.take(evals, codes, out=out)
+
+
+AMAX_CHUNK = 1 << 20  # elements per step of ``finite_amax``: uint32 temporaries of a few MiB
+
+
+def finite_amax(x: np.ndarray) -> np.float32:
+    """float32 max of |x| over the finite elements of flat float32 ``x`` (0 if none), from the float32 bits
+    (exact: a maximum does not round; numpy, so that no kernel is compiled for it)."""
+    top = np.uint32(0)
+    for i in range(0, x.size, AMAX_CHUNK):
+        bits = x[i:i + AMAX_CHUNK].view(np.uint32) & ABS_MASK
+        bits[bits >= EXP_MASK] = 0  # Inf and NaN are left out
+        top = max(top, bits.max())
+    return np.array([top], np.uint32).view(F32)[0]

@@ -20,12 +20,14 @@ Element encoders (``P_ENC``):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from fp4lab.emulator.ref_encode import nan_element_code
+from fp4lab.emulator.range_policy import multiplier_floor, range_clamp_scale
 from fp4lab.emulator.ref_quantize import _special_code
 from fp4lab.formats.quant_format import QuantFormat
 
@@ -42,12 +44,15 @@ SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
 (P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OV, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_RULE, P_EVEN_ADD, P_EMAX_ELEM, P_SKIND,
  P_SROUND, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_SDIV, P_ESCALE, P_HAS_MIN, P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP,
  P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH, P_FUSED, P_FCODE_POS,
- P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K) = range(36)
-N_IP = 36
+ P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K, P_BUMP, P_BUMP_CODE, P_RANGE, P_ERR, P_SOVF) = range(41)
+N_IP = 41
+ERR_ABS, ERR_SCALE_PRODUCT = 1, 2  # P_ERR bits: select_by "sae"; dequantize_order "scale_product_first"
 SBKT_MAX = 4096  # most buckets of the scale search index
 FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loops
-# float32 parameter slots; targets follow as (target, float32(1/target)) pairs from F_TARGETS
-F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_TARGETS = range(8)
+# float32 parameter slots; targets follow as (target, float32(1/target)) pairs from F_TARGETS, then (P_RANGE) the
+# grid's levels. P_BUMP / P_BUMP_CODE / F_BUMP_S: the multiplier floor of one call (``with_multiplier_floor``);
+# P_RANGE / F_SCRIT: decoded-range caps for blocks with scale >= F_SCRIT (``range_policy``)
+F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_BUMP_S, F_SCRIT, F_TARGETS = range(10)
 
 _ROUND = {"rtne": SR_RTNE, "ceil": SR_CEIL, "floor": SR_FLOOR}
 _RULE = {"none": RULE_NONE, "amax": RULE_AMAX, "rceil": RULE_AMAX, "floor": RULE_FLOOR, "ceil": RULE_CEIL,
@@ -160,6 +165,8 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
     fp[F_MAX] = F32(rule.max_scale) if rule.max_scale is not None else 0
     ip[P_ENCODE_ARITH] = int(rule.scale_arithmetic == "encode")
     ip[P_NAN_PROP] = int(rule.nan_policy == "propagate")
+    ip[P_ERR] = ERR_ABS * (rule.select_by == "sae") + ERR_SCALE_PRODUCT * (rule.dequantize_order == "scale_product_first")
+    ip[P_SOVF] = int(rule.scale_overflow == "nan")
     ip[P_ZERO_POLICY] = int(rule.zero_block != "as_computed")
     if rule.zero_block != "as_computed":  # the reference asks for it on every call: same errors
         ip[P_CODE_ZERO] = _special_code(sfmt, rule.zero_block)
@@ -199,8 +206,12 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
 def tables_for(fmt: QuantFormat, mode: str) -> Tables:
     """All numba parameters for quantizing with ``fmt`` under rounding ``mode`` (cached per format and mode)."""
     targets = fmt.targets if fmt.scale_rule.method != "none" else []
+    scrit = range_clamp_scale(fmt)
     ip = np.zeros(N_IP, np.int64)
-    fp = np.zeros(F_TARGETS + 2 * len(targets), F32)
+    fp = np.zeros(F_TARGETS + 2 * len(targets) + (fmt.element.levels.size if scrit is not None else 0), F32)
+    if scrit is not None:
+        ip[P_RANGE], fp[F_SCRIT] = 1, scrit
+        fp[F_TARGETS + 2 * len(targets):] = fmt.element.levels.astype(F32)
     ethr, ecodes, evals = _element_tables(fmt, mode, ip, fp)
     sthr, scodes, sdec, sbkt = _scale_tables(fmt, ip, fp)
     ip[P_NTARGETS] = len(targets)
@@ -212,3 +223,13 @@ def tables_for(fmt: QuantFormat, mode: str) -> Tables:
     for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
         a.setflags(write=False)
     return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
+
+
+def with_multiplier_floor(tab: Tables, fmt: QuantFormat, ts: np.float32 | None) -> Tables:
+    """``tab`` with the multiplier floor of one call (``range_policy.multiplier_floor(fmt, ts)``) filled in."""
+    floor = multiplier_floor(fmt, ts)
+    if floor is None:
+        return tab
+    ip, fp = tab.ip.copy(), tab.fp.copy()
+    ip[P_BUMP], ip[P_BUMP_CODE], fp[F_BUMP_S] = 1, floor[0], floor[1]
+    return dataclasses.replace(tab, ip=ip, fp=fp)

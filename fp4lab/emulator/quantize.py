@@ -14,7 +14,7 @@ from fp4lab.emulator.blocks import BlockView
 from fp4lab.emulator.nb_quantize import (
     Geometry, decode_flat, dequantize_blocks, encode_flat, finite_amax, quantize_blocks,
 )
-from fp4lab.emulator.nb_tables import tables_for
+from fp4lab.emulator.nb_tables import tables_for, with_multiplier_floor
 from fp4lab.emulator.philox import SR_BITS, check_sr_bits, split_seed
 from fp4lab.emulator.ref_quantize import check_rounding, dequantize_reference, quantize_reference, tensor_scales
 from fp4lab.errors import InputError
@@ -77,7 +77,10 @@ def quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None = No
     scales = np.empty(nblocks, F32)
     two_level = ts is not None
     ts32 = F32(ts) if two_level else F32(1.0)
-    quantize_blocks(x.reshape(-1), codes.reshape(-1), scode, scales, geo.ints(), ts32, F32(1.0) / ts32, two_level,
+    tab = with_multiplier_floor(tab, fmt, ts)
+    with np.errstate(over="ignore"):  # "encode" arithmetic: 1/ts may overflow; its kernels never read it
+        inv_ts = F32(1.0) / ts32
+    quantize_blocks(x.reshape(-1), codes.reshape(-1), scode, scales, geo.ints(), ts32, inv_ts, two_level,
                     _encode_multipliers(fmt, g), seed_lo, seed_hi, sr_bits, *tab.args())
     sdtype = fmt.scale.code_dtype
     scale_codes = scode if sdtype == np.uint32 else scode.astype(sdtype)
@@ -246,7 +249,7 @@ def dequantize_emulated(qt: QuantizedTensor, rotated: bool = False, *, check: bo
     codes = np.ascontiguousarray(qt.codes, dtype=np.uint8)
     evals = tables_for(fmt, "rtne").evals
     if codes.size and int(codes.max()) >= evals.size:
-        raise ValueError(f"dequantize: codes must be below {evals.size} for format '{fmt.name}', got {codes.max()}")
+        raise InputError(f"dequantize: codes must be below {evals.size} for format '{fmt.name}', got {codes.max()}")
     out = np.empty(codes.shape, F32)
     if fmt.scale_rule.method == "none":
         decode_flat(codes.reshape(-1), evals, out.reshape(-1))
@@ -254,10 +257,12 @@ def dequantize_emulated(qt: QuantizedTensor, rotated: bool = False, *, check: bo
         view = BlockView.for_format(codes.shape, fmt, qt.axis)
         scales = np.ascontiguousarray(qt.scales, dtype=F32)
         if scales.shape != view.scale_shape:
-            raise ValueError(f"dequantize: scales have shape {scales.shape}, codes of shape {codes.shape} need "
+            raise InputError(f"dequantize: scales have shape {scales.shape}, codes of shape {codes.shape} need "
                              f"{view.scale_shape}")
         two_level = qt.tensor_scale is not None  # check_quantized: set only for two-level formats
         ts = tensor_scale_value(qt.tensor_scale) if two_level else F32(1.0)
+        if two_level and fmt.scale_rule.dequantize_order == "scale_product_first":  # value * float32(S * ts)
+            scales, ts, two_level = (scales * ts).astype(F32), F32(1.0), False
         dequantize_blocks(codes.reshape(-1), scales.reshape(-1), _geometry(view).ints(), fmt.block_size, ts,
                           two_level, evals, out.reshape(-1))
     if qt.rht is not None and not rotated:

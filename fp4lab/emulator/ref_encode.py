@@ -10,6 +10,7 @@ import numpy as np
 
 from fp4lab.formats.grids import _GridBase
 from fp4lab.formats.scales import ScaleFormat
+from fp4lab.errors import InputError
 
 TWO24 = np.float32(16777216.0)
 
@@ -56,7 +57,7 @@ def encode_elements(
     cpos, cneg = grid.level_codes_pos, grid.level_codes_neg
     if mode == "sr":
         if rand24 is None:
-            raise ValueError("encode_elements: mode 'sr' needs rand24 (24 random bits per element)")
+            raise InputError("encode_elements: mode 'sr' needs rand24 (24 random bits per element)")
         n = levels32.size
         k = np.clip(np.searchsorted(levels32, t, side="right") - 1, 0, n - 2)
         lo, hi = levels32[k], levels32[k + 1]
@@ -82,10 +83,12 @@ def encode_elements(
     return codes
 
 
-def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str) -> np.ndarray:
+def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str, overflow: str = "saturate") -> np.ndarray:
     """Encode non-negative float32 ideal scales into ``sfmt`` codes with ``rounding`` in {rtne, ceil, floor}.
 
     Saturates at the largest finite scale and at the smallest (pow2 has no zero). NaN ideals give the NaN code.
+    ``overflow = "nan"`` (pow2 only): an ideal whose rounded exponent is above the largest code, or Inf, gives the
+    NaN code instead of the largest scale.
     """
     ideal = np.asarray(ideal, dtype=np.float32)
     nan = np.isnan(ideal)
@@ -112,6 +115,8 @@ def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str) -> np.ndar
     # pow2: exponent-only
     e = pow2_exponent(ideal, rounding)
     codes = np.clip(e + sfmt.exponent_bias, 0, sfmt.pow2_nan_code - 1).astype(sfmt.code_dtype)
+    if overflow == "nan":
+        nan = nan | (e + sfmt.exponent_bias > sfmt.pow2_nan_code - 1)
     codes[nan] = sfmt.pow2_nan_code
     return codes
 

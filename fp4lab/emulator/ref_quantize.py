@@ -6,15 +6,17 @@ Pipeline for one tensor ``x`` (float32 after an RTNE cast from wider types), doc
 2. two-level formats: ``ts = amax_finite(x) / float32(target0 * smax)`` (``smax`` = ``max_scale`` or the scale
    format's maximum); ``ts = 1`` if that is zero or not finite. With ``scale_arithmetic = "encode"``
    (TransformerEngine): ``g = min(float32(target0 * smax) / amax, FLT_MAX)`` (``g = 1`` if zero) and
-   ``ts = 1 / g``;
-3. per block: ``amax`` = max of the finite ``|x|``; block scale by the rule (``ScaleRule``); policies for
-   all-zero, NaN and Inf blocks;
+   ``ts = 1 / g``; a positive finite ts is then clamped to ``range_policy.tensor_scale_bounds`` (no code decodes to
+   Inf; reciprocal element scaling: ``float32(1/ts)`` finite);
+3. per block: ``amax`` = max of the finite ``|x|``; block scale by the rule (``ScaleRule``); reciprocal element
+   scaling: a block with ``amax > 0`` whose non-zero scale has an infinite element multiplier takes
+   ``range_policy.multiplier_floor``; policies for all-zero, NaN and Inf blocks;
 4. scaled element ``t`` (``x / S``; ``x * float32(1/S)``; two-level ``x / float32(S*ts)`` or
    ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; "encode" arithmetic:
-   ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; ``t`` rounded onto the
-   element grid;
-5. several targets (4-over-6): the candidate with the smaller float32 sum of squared errors, summed in element
-   order, wins; ties keep the earlier target.
+   ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; with tensor scale 1
+   (single-level formats) ``t`` is clamped to ``range_policy.decoded_caps`` (no code decodes to Inf); ``t`` rounded onto the element grid;
+5. several targets (4-over-6): the candidate with the smaller float32 sum of squared (``select_by = "sse"``) or
+   absolute (``"sae"``) errors, summed in element order, wins; ties keep the earlier target.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from fp4lab.emulator.blocks import BlockView
+from fp4lab.emulator.range_policy import clamp_tensor_scale, decoded_caps, multiplier_floor
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale, f32_bits
 from fp4lab.formats.grids import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.scales import ScaleFormat
 from fp4lab.quantized import QuantizedTensor
+from fp4lab.errors import InputError
 
 F32 = np.float32
 
@@ -34,7 +38,7 @@ F32 = np.float32
 def check_rounding(rounding: str | None, fmt: QuantFormat) -> str:
     mode = fmt.rounding if rounding is None else rounding
     if mode not in ROUNDING_MODES:
-        raise ValueError(f"quantize: rounding '{mode}' is unknown; use one of {', '.join(ROUNDING_MODES)}")
+        raise InputError(f"quantize: rounding '{mode}' is unknown; use one of {', '.join(ROUNDING_MODES)}")
     return mode
 
 
@@ -48,14 +52,14 @@ def tensor_scales(x: np.ndarray, fmt: QuantFormat) -> tuple[np.float32 | None, n
         return None, None
     finite = np.abs(x[np.isfinite(x)])
     amax = F32(finite.max() if finite.size else 0)
-    denom = F32(fmt.targets[0] * (fmt.scale_rule.max_scale or fmt.scale.max))
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        denom = F32(fmt.targets[0] * (fmt.scale_rule.max_scale or fmt.scale.max))  # may round to +Inf
         if fmt.scale_rule.scale_arithmetic == "encode":
             g = np.minimum(denom / amax, FLT_MAX) if amax > 0 else F32(1.0)
             g = g if g > 0 else F32(1.0)
-            return F32(1.0) / g, F32(g)
+            return clamp_tensor_scale(F32(1.0) / g, fmt), F32(g)
         ts = amax / denom
-    return (ts if (ts > 0 and np.isfinite(ts)) else F32(1.0)), None
+    return (clamp_tensor_scale(ts, fmt) if (ts > 0 and np.isfinite(ts)) else F32(1.0)), None
 
 
 def _special_code(sfmt: ScaleFormat, which: str) -> int:
@@ -95,7 +99,7 @@ def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.
         ideal = np.maximum(ideal, F32(rule.min_scale))
     if rule.max_scale is not None:
         ideal = np.minimum(ideal, F32(rule.max_scale))
-    return encode_scale(ideal.astype(F32), sfmt, rule.effective_rounding)
+    return encode_scale(ideal.astype(F32), sfmt, rule.effective_rounding, rule.scale_overflow)
 
 
 def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: QuantFormat) -> np.ndarray:
@@ -123,9 +127,13 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
     has_nan = np.isnan(xb).any(axis=-1) if rule.nan_policy == "propagate" else np.zeros(amax.shape, bool)
     has_inf = np.isinf(xb).any(axis=-1)
     zero = (amax == 0) & ~has_nan & ~has_inf
+    floor = multiplier_floor(fmt, ts)
     candidates = []
     for target in fmt.targets:
         scodes = block_scale_codes(amax, fmt, target, ts, g)
+        if floor is not None:  # a non-zero scale whose element multiplier overflows takes the smallest finite one
+            S0 = sfmt.decode(scodes)
+            scodes[(amax > 0) & (S0 > 0) & (S0 < floor[1])] = floor[0]
         if rule.zero_block != "as_computed":
             scodes[zero] = _special_code(sfmt, rule.zero_block)
         if has_inf.any():
@@ -134,6 +142,9 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
             scodes[has_nan] = _special_code(sfmt, "nan")
         S = sfmt.decode(scodes)
         t = scale_elements(xb, S, ts, fmt)
+        if ts is None or ts == 1:  # elements that would decode to +-Inf take the largest finite level
+            lo, hi = (c[..., None] for c in decoded_caps(fmt, S))
+            t = np.minimum(np.maximum(t, lo), hi).astype(F32)  # NaN stays NaN
         codes = encode_elements(t, fmt.element, mode, rb, fmt.nan_element, fmt.overflow, fmt.signed_zero)
         candidates.append((codes, scodes, S))
     if len(candidates) == 1:
@@ -144,7 +155,7 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
         deq = _dequantize_blocks(codes, S, ts, fmt)
         with np.errstate(invalid="ignore", over="ignore"):
             diff = deq - xb
-            sq = diff * diff
+            sq = np.abs(diff) if fmt.scale_rule.select_by == "sae" else diff * diff
         err = np.zeros(amax.shape, F32)
         for j in range(xb.shape[-1]):  # float32, in element order
             err = (err + sq[..., j]).astype(F32)
@@ -159,7 +170,10 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
 
 
 def _dequantize_blocks(codes, S, ts, fmt: QuantFormat) -> np.ndarray:
+    """float32 ``value * S``; two-level ``(value * S) * ts``, or ``value * (S * ts)`` (``scale_product_first``)."""
     with np.errstate(invalid="ignore", over="ignore"):
+        if ts is not None and fmt.scale_rule.dequantize_order == "scale_product_first":
+            return (decode_elements(codes, fmt.element) * (S * ts).astype(F32)[..., None]).astype(F32)
         out = decode_elements(codes, fmt.element) * S[..., None]
         return out if ts is None else (out * ts).astype(F32)
 
@@ -180,7 +194,8 @@ def quantize_reference(
     from fp4lab.emulator.rht import rht_reference
 
     mode = check_rounding(rounding, fmt)
-    x = np.ascontiguousarray(x, dtype=F32)
+    with np.errstate(over="ignore"):  # RTNE cast: float64 beyond the float32 range becomes +-Inf (step 1)
+        x = np.ascontiguousarray(x, dtype=F32)
     view = BlockView.for_format(x.shape, fmt, axis)
     if rht is not None:
         x = rht_reference(x, size=rht, seed=rht_seed, axis=view.axis)

@@ -10,6 +10,10 @@ log2(n) butterfly stages h = 1, 2, 4, ..., n/2: in every group of 2h elements, e
 ``H = hadamard_matrix(n)``, which is symmetric, so inverse(forward(v)) = v up to the fp32 roundings.
 
 Sign j (j = 0..n-1) is -1 iff bit 31 of word (j % 4) of ``tl.randint4x(seed, j // 4)`` is set.
+
+Range: a block with ``max |v| <= FLT_MAX / n`` gives finite results (each stage at most doubles the largest
+magnitude); beyond, the IEEE results stand (a stage may overflow to +-Inf, and Inf - Inf gives NaN), in every
+backend: no rescaling, which would change the bits of every input (docs/numerics.md).
 """
 
 from __future__ import annotations

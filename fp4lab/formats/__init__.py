@@ -2,7 +2,9 @@
 
 from fp4lab.formats.grids import (
     DETERMINISTIC_MODES,
+    DIRECTED_MODES,
     ROUNDING_MODES,
+    THRESHOLD_MODES,
     ElementGrid,
     FloatGrid,
     IntGrid,
@@ -15,7 +17,8 @@ from fp4lab.formats.scales import ScaleFormat
 from fp4lab.formats.spec_io import model_to_toml
 
 __all__ = [
-    "BUILTIN_NAMES", "DETERMINISTIC_MODES", "NAMED_GRIDS", "NAMED_SCALES", "ROUNDING_MODES", "BlockLayout",
+    "BUILTIN_NAMES", "DETERMINISTIC_MODES", "DIRECTED_MODES", "NAMED_GRIDS", "NAMED_SCALES", "ROUNDING_MODES",
+    "THRESHOLD_MODES", "BlockLayout",
     "ElementGrid", "FloatGrid", "IntGrid", "QuantFormat", "ScaleFormat", "ScaleRule", "TableGrid", "get_format",
     "list_formats", "load_format", "model_to_toml", "register",
 ]

@@ -7,6 +7,7 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
+from fp4lab.errors import SpecError
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
@@ -16,7 +17,7 @@ def check_text(value: str | None) -> str | None:
     text is printed to terminals, where escape sequences would act."""
     if value is not None and _CONTROL.search(value):
         bad = _CONTROL.search(value).group()
-        raise ValueError(f"control character {bad!r} not allowed in text fields")
+        raise SpecError(f"control character {bad!r} not allowed in text fields")
     return value
 
 
@@ -35,7 +36,7 @@ def refuse_booleans(model: type[BaseModel], data: Any) -> Any:
                 v = data.get(key)
                 if (isinstance(v, bool) or isinstance(v, list) and any(isinstance(i, bool) for i in v)) \
                         and not _allows_bool(field.annotation):
-                    raise ValueError(f"{key}: true/false is not allowed here")
+                    raise SpecError(f"{key}: true/false is not allowed here")
     return data
 
 

@@ -26,10 +26,13 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from fp4lab.formats.base import SpecModel, check_text
+from fp4lab.errors import SpecError
 
-RoundingMode = Literal["rtne", "rtna", "rtnz", "rtz", "sr"]
-DETERMINISTIC_MODES: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz")
-ROUNDING_MODES: tuple[str, ...] = DETERMINISTIC_MODES + ("sr",)
+RoundingMode = Literal["rtne", "rtna", "rtnz", "rtz", "rtp", "rtm", "sr"]
+DETERMINISTIC_MODES: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz")  # round to nearest, and truncation
+DIRECTED_MODES: tuple[str, ...] = ("rtp", "rtm")  # toward +Inf (ceiling) and toward -Inf (floor)
+THRESHOLD_MODES: tuple[str, ...] = DETERMINISTIC_MODES + DIRECTED_MODES  # every mode that is a threshold table
+ROUNDING_MODES: tuple[str, ...] = DETERMINISTIC_MODES + ("sr",) + DIRECTED_MODES  # every accepted name
 
 
 def is_float32_exact(v: float) -> bool:
@@ -178,7 +181,8 @@ class _GridBase(SpecModel):
         """float32 ``[len(levels)-1]``: ``t`` rounds to ``levels[count(t >= thr)]`` under deterministic ``mode``.
 
         rtne: ties to the even code (if both neighbours' codes have the same parity: toward zero);
-        rtna: ties away from zero; rtnz: ties toward zero; rtz: truncation toward zero.
+        rtna: ties away from zero; rtnz: ties toward zero; rtz: truncation toward zero;
+        rtp: the smallest level >= t (toward +Inf); rtm: the largest level <= t (toward -Inf).
         Midpoints are computed exactly in float64 and moved to the float32 that realises the tie rule.
         """
         return self._thresholds[mode]
@@ -187,14 +191,15 @@ class _GridBase(SpecModel):
     def _thresholds(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         lv, cpos, cneg = self._encode_tables
-        for mode in DETERMINISTIC_MODES:
+        for mode in THRESHOLD_MODES:
             thr = np.empty(max(lv.size - 1, 0), dtype=np.float32)
             for i in range(lv.size - 1):
                 lo, hi = float(lv[i]), float(lv[i + 1])
                 positive_side = hi > 0.0
                 codes = cpos if positive_side else cneg
-                if mode == "rtz":
-                    thr[i] = np.float32(hi) if positive_side else _next_float32_up(lo)
+                if mode in ("rtz", "rtp", "rtm"):  # levels are float32: t reaches hi at hi or just above lo
+                    up_at_lo = mode == "rtp" or (mode == "rtz" and not positive_side)
+                    thr[i] = _next_float32_up(lo) if up_at_lo else np.float32(hi)
                     continue
                 if mode == "rtne":
                     lo_even, hi_even = codes[i] % 2 == 0, codes[i + 1] % 2 == 0
@@ -218,21 +223,21 @@ class _GridBase(SpecModel):
         finite = vals[np.isfinite(vals)]
         where = f"grid '{self.name}'" if self.name else "element grid"
         if not np.any(finite == 0.0):
-            raise ValueError(f"{where}: zero must be one of the values")
+            raise SpecError(f"{where}: zero must be one of the values")
         if not np.any(finite > 0.0):
-            raise ValueError(f"{where}: needs at least one positive value (positive inputs would all round to 0)")
+            raise SpecError(f"{where}: needs at least one positive value (positive inputs would all round to 0)")
         big = float(np.max(np.abs(finite)))
         if big > float(np.finfo(np.float32).max):
-            raise ValueError(f"{where}: value {big!r} is beyond the float32 range (at most 3.4028235e+38); "
+            raise SpecError(f"{where}: value {big!r} is beyond the float32 range (at most 3.4028235e+38); "
                              "check the exponent bits, bias or step")
         bad = [float(v) for v in finite if not is_float32_exact(float(v))]
         if bad:
-            raise ValueError(
+            raise SpecError(
                 f"{where}: value {bad[0]!r} is not exactly representable in float32; "
                 f"use {float(np.float32(bad[0]))!r}"
             )
         if self.levels.size < 2:
-            raise ValueError(f"{where}: needs at least two distinct finite values")
+            raise SpecError(f"{where}: needs at least two distinct finite values")
 
 
 class FloatGrid(_GridBase):

@@ -11,6 +11,7 @@ from fp4lab.formats.base import SpecModel, check_text
 from fp4lab.formats.grids import ElementGrid, FloatGrid, RoundingMode
 from fp4lab.formats.rules import BlockLayout, ScaleRule
 from fp4lab.formats.scales import ScaleFormat
+from fp4lab.errors import SpecError
 
 # Named building blocks a spec file may reference by string instead of spelling out a table.
 NAMED_GRIDS: dict[str, dict[str, Any]] = {
@@ -37,7 +38,7 @@ NAMED_SCALES: dict[str, dict[str, Any]] = {
 def _resolve(value: Any, catalog: dict[str, dict[str, Any]], field: str) -> Any:
     if isinstance(value, str):
         if value not in catalog:
-            raise ValueError(f"{field} '{value}' is not a known name; use one of {sorted(catalog)} or a table")
+            raise SpecError(f"{field} '{value}' is not a known name; use one of {sorted(catalog)} or a table")
         return dict(catalog[value])
     return value
 
@@ -120,6 +121,12 @@ class QuantFormat(SpecModel):
                              "it needs a float element grid")
         if self.tensor_scale == "amax" and (self.scale is None or self.scale.kind in ("fp32",)):
             raise ValueError(f"format '{self.name}': a tensor scale needs a narrow block-scale format (e.g. ue4m3)")
+        if rule.dequantize_order != "value_scale_first" and self.tensor_scale == "none":
+            raise ValueError(f"format '{self.name}': scale_rule.dequantize_order orders the two scales of a "
+                             "two-level format; this format has no tensor scale")
+        if rule.scale_overflow != "saturate" and (self.scale is None or self.scale.kind != "pow2"):
+            raise ValueError(f"format '{self.name}': scale_rule.scale_overflow '{rule.scale_overflow}' needs a pow2 "
+                             "scale format (e8m0)")
         if self.overflow == "nan" and self.element.nan_code is None:
             raise ValueError(f"format '{self.name}': overflow 'nan' but element grid has no NaN code")
         if self.overflow == "inf" and self.element.inf_codes is None:

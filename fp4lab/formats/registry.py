@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from fp4lab.errors import SpecError, UnknownFormatError
+from fp4lab.errors import InputError, SpecError, UnknownFormatError, did_you_mean
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.spec_io import load_model, one_line
 
@@ -50,9 +50,9 @@ def register(fmt: QuantFormat, *, overwrite: bool = False) -> QuantFormat:
     """Add ``fmt`` to the registry under ``fmt.name``; built-in names cannot be replaced."""
     _load_builtins()
     if fmt.name in BUILTIN_NAMES:
-        raise ValueError(f"register: '{fmt.name}' is a built-in format name; choose another name")
+        raise InputError(f"register: '{fmt.name}' is a built-in format name; choose another name")
     if fmt.name in _registry and not overwrite and _registry[fmt.name] != fmt:
-        raise ValueError(f"register: a different format named '{fmt.name}' is already registered (overwrite=True)")
+        raise InputError(f"register: a different format named '{fmt.name}' is already registered (overwrite=True)")
     _registry[fmt.name] = fmt
     return fmt
 
@@ -73,5 +73,6 @@ def get_format(name: str | Path | QuantFormat) -> QuantFormat:
         is_file = False
     if Path(key).suffix.lower() in (".toml", ".json") or is_file:
         return load_format(key)
-    raise UnknownFormatError(f"unknown format '{one_line(key, 80)}': not registered and not a spec file; known: "
-                             f"{', '.join(list_formats())}")
+    hint = did_you_mean(key, list_formats())
+    raise UnknownFormatError(f"unknown format '{one_line(key, 80)}': not registered and not a spec file; "
+                             f"{hint + ' ' if hint else ''}known: {', '.join(list_formats())}")

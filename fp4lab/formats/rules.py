@@ -9,8 +9,9 @@ the block. Methods:
   The ideal scale is clamped to ``[min_scale, max_scale]`` and encoded into the scale format with
   ``scale_rounding`` (``ceil`` onto a pow2 format is NVIDIA's RCEIL). ``scale_arithmetic`` picks the order of
   the float32 operations of two-level scaling: torchao's "decode" or TransformerEngine's "encode" convention. With two or more ``targets`` each block is
-  quantized once per target and the candidate with the lower squared error is kept (ties keep the first):
-  ``targets = [6, 4]`` is 4-over-6.
+  quantized once per target and the candidate with the lower squared (``select_by = "sse"``) or absolute
+  (``"sae"``) error is kept (ties keep the first): ``targets = [6, 4]`` is 4-over-6. ``dequantize_order`` and
+  ``scale_overflow`` pick between libraries' choices (docs/numerics.md, "What other libraries do").
 * ``rceil`` — shorthand for ``amax`` with ``scale_rounding = "ceil"``.
 * ``floor`` / ``ceil`` / ``even`` — OCP MX exponent rules on a pow2 scale:
   ``e = floor(log2 amax) - floor(log2 grid_max)`` (``ceil``: ``ceil(log2 amax)``; ``even``: amax first rounded to the
@@ -72,6 +73,21 @@ class ScaleRule(SpecModel):
         default="propagate",
         description="A block with an infinite element gets a NaN scale (propagate) or the largest scale (saturate).",
     )
+    select_by: Literal["sse", "sae"] = Field(
+        default="sse",
+        description="Several targets: the candidate with the smaller float32 sum, in element order, of squared "
+        "(sse) or absolute (sae) dequantization errors is kept.",
+    )
+    dequantize_order: Literal["value_scale_first", "scale_product_first"] = Field(
+        default="value_scale_first",
+        description="Two-level dequantization (also the errors of target selection): (value * S) * ts, or "
+        "value * (S * ts) (torchao NVFP4Tensor).",
+    )
+    scale_overflow: Literal["saturate", "nan"] = Field(
+        default="saturate",
+        description="pow2 scales, amax/rceil methods: an ideal scale that rounds above the largest exponent (or is "
+        "Inf) takes the largest scale (saturate) or the NaN code (nan: torch and ml_dtypes float8_e8m0fnu casts).",
+    )
 
     @model_validator(mode="after")
     def _validate(self) -> "ScaleRule":
@@ -88,6 +104,11 @@ class ScaleRule(SpecModel):
                                  f"(the clamp is applied in float32)")
         if self.scale_arithmetic == "encode" and self.method not in ("amax", "rceil"):
             raise ValueError(f"scale_rule: scale_arithmetic 'encode' applies to the amax/rceil methods, not '{self.method}'")
+        if self.select_by != "sse" and len(self.targets or ()) < 2:
+            raise ValueError(f"scale_rule: select_by '{self.select_by}' chooses among targets; give two or more")
+        if self.scale_overflow != "saturate" and self.method not in ("amax", "rceil"):
+            raise ValueError(f"scale_rule: scale_overflow '{self.scale_overflow}' applies to the amax/rceil methods, "
+                             f"not '{self.method}'")
         if self.min_scale is not None and self.max_scale is not None and self.min_scale > self.max_scale:
             raise ValueError(f"scale_rule: min_scale {self.min_scale} exceeds max_scale {self.max_scale}")
         return self
@@ -96,6 +117,9 @@ class ScaleRule(SpecModel):
     def effective_rounding(self) -> str:
         """Scale-cast rounding after expanding the ``rceil`` shorthand."""
         return "ceil" if self.method == "rceil" else self.scale_rounding
+
+
+MAX_BLOCK_EXTENT = 4096  # elements along one axis of a block
 
 
 class BlockLayout(SpecModel):
@@ -107,8 +131,8 @@ class BlockLayout(SpecModel):
 
     @model_validator(mode="after")
     def _validate(self) -> "BlockLayout":
-        if any(s < 1 or s > 4096 for s in self.shape):
-            raise ValueError(f"block.shape {self.shape}: each extent must be between 1 and 4096")
+        if any(s < 1 or s > MAX_BLOCK_EXTENT for s in self.shape):
+            raise ValueError(f"block.shape {self.shape}: each extent must be between 1 and {MAX_BLOCK_EXTENT}")
         return self
 
     @property

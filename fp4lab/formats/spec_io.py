@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
-from fp4lab.errors import SpecError
+from fp4lab.errors import SpecError, did_you_mean
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -24,13 +25,97 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
-def validation_message(err: ValidationError, where: str) -> str:
-    """One line: ``where: field.path: message`` for the first error (and a count of the others)."""
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"] if not (isinstance(p, str) and p in ("float", "int", "table")))
-    msg = one_line(first["msg"].removeprefix("Value error, "))
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where}: {loc + ': ' if loc else ''}{msg}{more}"
+_TAGS = ("float", "int", "table")  # element-grid kinds: pydantic puts the chosen one into an error's location
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (``A | None``, ``Annotated[Union[A, B], ...]``, ``list[A]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in typing.get_args(annotation) for m in _models_in(a)]
+
+
+def _models_at(model: type[BaseModel], path: tuple[Any, ...]) -> list[type[BaseModel]]:
+    """The models the table at ``path`` (an error location) of ``model`` can be: one, several for a union whose
+    ``kind`` was not given, [] if the path leaves the models."""
+    models = [model]
+    for part in path:
+        if isinstance(part, int):
+            continue
+        tagged = [m for m in models if "kind" in m.model_fields and m.model_fields["kind"].default == part]
+        if len(models) > 1 and tagged:
+            models = tagged
+            continue
+        fields = {f.alias or n: f for n, f in models[0].model_fields.items()} if len(models) == 1 else {}
+        if part not in fields:
+            return []
+        models = _models_in(fields[part].annotation)
+    return models
+
+
+def _fields_at(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The field names a file may write in the table at ``path`` of ``model``; [] if not one model."""
+    models = _models_at(model, path)
+    return [f.alias or n for n, f in models[0].model_fields.items()] if len(models) == 1 else []
+
+
+def _either(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    """``scale_rule.targets.1``: the dotted path of an error, without the element-grid kind pydantic inserts."""
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p in _TAGS))
+
+
+def _sentence(err: dict[str, Any], model: type[BaseModel] | None) -> str:
+    """One pydantic error as a sentence: ``unknown field 'x' (did you mean 'y'?)``, ``missing required field 'x'``,
+    ``element: unknown kind 'flot' (did you mean 'float'?); use 'float', 'int' or 'table'``, else
+    ``loc: message (got value)``."""
+    loc = tuple(err["loc"])
+    kind, where = err["type"], _location(loc[:-1])
+    lead = f"{where}: " if where else ""
+    if kind in ("extra_forbidden", "missing") and loc:
+        name = str(loc[-1])
+        if kind == "missing":
+            return f"{lead}missing required field '{one_line(name, 80)}'"
+        hint = did_you_mean(name, _fields_at(model, loc[:-1])) if model is not None else ""
+        return f"{lead}unknown field '{one_line(name, 80)}'{' (' + hint + ')' if hint else ''}"
+    at = _location(loc)
+    lead = f"{at}: " if at else ""
+    ctx = err.get("ctx") or {}
+    if kind == "union_tag_invalid":
+        tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+        hint = did_you_mean(str(ctx.get("tag")), tags)
+        return (f"{lead}unknown kind '{one_line(str(ctx.get('tag')), 80)}'{' (' + hint + ')' if hint else ''}; use "
+                f"{_either([repr(t) for t in tags])}")
+    if kind == "union_tag_not_found":
+        tags = [repr(m.model_fields["kind"].default) for m in (_models_at(model, loc) if model else [])
+                if "kind" in m.model_fields]
+        return f"{lead}the table needs a 'kind' field{': ' + _either(tags) if tags else ''}"
+    if kind in ("model_attributes_type", "model_type", "dict_type"):
+        named = {("element",): "a grid name or a table", ("scale",): "a scale-format name or a table",
+                 ("block",): "an integer or a table"}.get(loc, "a table")
+        return f"{lead}expected {named} (got {one_line(repr(err.get('input')), 60)})"
+    msg = one_line(err["msg"].removeprefix("Value error, "))
+    if kind == "value_error" or "input" not in err or isinstance(err["input"], (dict, list)):
+        return f"{lead}{msg}"
+    return f"{lead}{msg} (got {one_line(repr(err['input']), 60)})"
+
+
+MAX_LISTED_ERRORS = 20  # a hostile file can hold thousands; a person's typos fit
+
+
+def validation_message(err: ValidationError, where: str, model: type[BaseModel] | None = None) -> str:
+    """One line: ``where:`` and every error of ``err`` as a sentence, separated by ``;`` (``n errors:`` first when
+    there are several; beyond ``MAX_LISTED_ERRORS`` the rest are counted). ``model``: the validated model, for the
+    field names an unknown field is compared with."""
+    errors = err.errors()
+    parts = [_sentence(e, model) for e in errors[:MAX_LISTED_ERRORS]]
+    if len(errors) > MAX_LISTED_ERRORS:
+        parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more errors of the same file")
+    head = f"{len(errors)} errors: " if len(errors) > 1 else ""
+    return f"{where}: {head}{'; '.join(parts)}"
 
 
 def read_spec_text(path: str | Path, what: str = "spec") -> str:
@@ -74,11 +159,13 @@ def read_spec_dict(path: str | Path) -> dict[str, Any]:
 
 
 def validate_model(model: type[M], data: Any, where: str) -> M:
-    """``model.model_validate(data)`` with every failure a one-line ``SpecError`` starting with ``where``."""
+    """``model.model_validate(data)`` as a file's data: strict types (no numbers written as strings, no 0/1 for
+    true/false) and field names as written in files (``bits``, not the Python attribute ``int_bits``); every
+    failure is a one-line ``SpecError`` starting with ``where``."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True, by_alias=True, by_name=False)
     except ValidationError as err:
-        raise SpecError(validation_message(err, where)) from None
+        raise SpecError(validation_message(err, where, model)) from None
     except RecursionError:
         raise SpecError(f"{where}: nested too deeply") from None
     except (ArithmeticError, TypeError, AttributeError, LookupError, ValueError) as exc:  # a check that broke

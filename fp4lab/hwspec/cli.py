@@ -9,14 +9,8 @@ import sys
 from typing import Any
 
 from .registry import get_hw, list_hw, spec_to_dict
-
-
-def escape(text: str) -> str:
-    """``text`` with rich markup escaped: spec strings are printed as written, never as markup."""
-    from rich.markup import escape as _escape
-
-    return _escape(str(text))
 from .schema import HWSpec, MMAKind
+from ..errors import Fp4labError
 
 _SCALE_ALIASES = {"e8m0": "ue8m0"}  # the format registry's E8M0 is the hardware's UE8M0 (no sign, no zero)
 
@@ -48,17 +42,17 @@ def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
     """Which kind would run a registry format on this hardware, natively or after dequantization, and its peak."""
     from ..formats import get_format
 
+    from .native import find_native
+
     f = get_format(fmt_name)
     el = f.element.name
     sc = _SCALE_ALIASES.get(f.scale.name, f.scale.name) if f.scale else None
     block = f.block.shape[-1] if f.block else None
-    for c in spec.native:
-        csc = _SCALE_ALIASES.get(c.scale, c.scale) if c.scale else None
-        if c.element == el and csc == sc and c.block == block:
-            k = spec.kinds[c.kind]
-            return {"format": f.name, "native": True, "kind": k.name, "peak_tflops": _peak(k), "note": c.note}
-    same_el = [c for c in spec.native if c.element == el and c.scale]
-    hint = "".join(f"; element {el} is native with {c.scale}/{c.block} scales on {c.kind}" for c in same_el)
+    c, why = find_native(spec, f)  # decided from the grid's values, the scale's values and the block
+    if c is not None:
+        k = spec.kinds[c.kind]
+        return {"format": f.name, "native": True, "kind": k.name, "peak_tflops": _peak(k), "note": c.note}
+    hint = f"; {why}" if why else ""
     fallback = [k for k in spec.kinds.values() if not k.block_scaled and {"bf16", "f16"} & set(k.a_formats)
                 and k.c_format == "f32" and k.peak_tflops is not None]
     if not fallback:
@@ -84,17 +78,21 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title="hardware specs (fp4lab hw show NAME)")
-    for col in ("name", "vendor", "arch", "kinds", "numeric fields by provenance", "description"):
-        t.add_column(col)
+    from ..tables import compact_table, console, fit
+
+    t = compact_table("hardware specs (fp4lab hw show NAME)", [("name", "text"), ("vendor", "key"), ("arch", "key"),
+                                                              ("kinds", "num"), ("numeric fields by provenance",
+                                                                                 "text")])
     for r in rows:
         prov = ", ".join(f"{k} {v}" for k, v in sorted(r["fields_by_provenance"].items()))
-        t.add_row(*(escape(v) for v in (r["name"], r["vendor"], r["arch"], str(r["kinds"]), prov,
-                                          r["description"])))
-    Console(highlight=False).print(t)
+        t.add_row(*(Text(str(v)) for v in (r["name"], r["vendor"], r["arch"], r["kinds"], prov)))
+    con = console()
+    con.print(fit(t, con))
+    con.print()
+    for r in rows:  # prose below the table, wrapped at words
+        con.print(Text.assemble((r["name"], "bold"), ": ", r["description"]))
     return 0
 
 
@@ -107,45 +105,53 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
             out["format_cost"] = cost
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
-    con = Console(highlight=False)
-    con.print(f"[bold]{escape(spec.name)}[/bold] ({escape(spec.vendor)} {escape(spec.arch)}, provenance "
-              f"{spec.provenance}{', inherits ' + escape(spec.inherits) if spec.inherits else ''}): "
-              f"{escape(spec.description)}", soft_wrap=True)
-    con.print(f"source: {escape(spec.source)}", soft_wrap=True)
-    t = Table(title="MMA kinds  (~ assumed, ? unknown)")
-    for col in ("kind", "A x B -> acc", "K", "model", "L", "F", "e_zero", "output", "scales", "peak TFLOPS",
-                "provenance"):
-        t.add_column(col)
+    from ..tables import compact_table, console, fit
+
+    con = console()
+    inherits = f", inherits {spec.inherits}" if spec.inherits else ""
+    con.print(Text.assemble((spec.name, "bold"), f" ({spec.vendor} {spec.arch}, provenance {spec.provenance}"
+                            f"{inherits}): {spec.description}"))
+    con.print(Text(f"source: {spec.source}"))
+    # one table of operands and one of the accumulation model: together they would need about 130 columns
+    t = compact_table("MMA kinds: operands and block scales (~ assumed, ? unknown)",
+                      [("kind", "key"), ("A x B -> accumulator", "text"), ("block scales\n(format/block)", "text"),
+                       ("provenance", "key")])
+    for k in spec.kinds.values():
+        a, b = "/".join(k.a_formats), "/".join(k.b_formats)
+        t.add_row(*(Text(v) for v in (
+            k.name, f"{a} (A and B) -> {k.c_format}" if a == b and "/" in a else f"{a} x {b} -> {k.c_format}",
+            ", ".join(f"{s.format}/{_num(s.block)}" for s in k.scales) or "-", k.provenance)))
+    con.print(fit(t, con))
+    t = compact_table("MMA kinds: accumulation model (K: instruction depth, L: fused length, F: fraction bits)",
+                      [("kind", "key"), ("K", "num"), ("model", "key"), ("L", "num"), ("F", "num"),
+                       ("e_zero", "num"), ("output", "key"), ("peak\nTFLOPS", "num")])
     for k in spec.kinds.values():
         acc = k.accumulation
-        t.add_row(*(escape(v) for v in (
-            k.name, f"{'/'.join(k.a_formats)} x {'/'.join(k.b_formats)} -> {k.c_format}", _num(k.k),
-            acc.algorithm, _num(acc.fused_len), _num(acc.frac_bits), _num(acc.e_zero),
-            f"{k.output.rounding} {k.output.format}/{_num(k.output.mantissa_bits)}",
-            ", ".join(f"{s.format}/{_num(s.block)}" for s in k.scales) or "-", _num(k.peak_tflops),
-            k.provenance)))
-    con.print(t)
+        t.add_row(*(Text(v) for v in (
+            k.name, _num(k.k), acc.algorithm, _num(acc.fused_len), _num(acc.frac_bits), _num(acc.e_zero),
+            f"{k.output.rounding} {k.output.format}/{_num(k.output.mantissa_bits)}", _num(k.peak_tflops))))
+    con.print(fit(t, con))
     if spec.native:
-        t = Table(title="native element / scale / block combinations")
-        for col in ("element", "scale", "block", "kind", "peak TFLOPS", "note"):
-            t.add_column(col)
+        t = compact_table("native element / scale / block combinations",
+                          [("element", "key"), ("scale", "key"), ("block", "num"), ("kind", "key"),
+                           ("peak\nTFLOPS", "num"), ("note", "text")])
         for c in spec.native:
-            t.add_row(*(escape(v) for v in (c.element, c.scale or "-", str(c.block or "-"), c.kind,
-                                            _num(spec.kinds[c.kind].peak_tflops), c.note)))
-        con.print(t)
+            t.add_row(*(Text(v) for v in (c.element, c.scale or "-", str(c.block or "-"), c.kind,
+                                          _num(spec.kinds[c.kind].peak_tflops), c.note)))
+        con.print(fit(t, con))
     weak = {k.name: kind_row(k)["weak_fields"] for k in spec.kinds.values() if kind_row(k)["weak_fields"]}
     if weak:
         n_unknown = sum(v.provenance == "unknown" for k in spec.kinds.values() for v in k.nums().values())
-        con.print(f"[yellow]warning:[/yellow] {sum(map(len, weak.values()))} numeric fields are assumed or unknown "
-                  f"({n_unknown} unknown): results on this spec are what-if estimates, not hardware behaviour.")
+        con.print(Text.assemble(("warning:", "yellow"), f" {sum(map(len, weak.values()))} numeric fields are assumed "
+                                f"or unknown ({n_unknown} unknown): results on this spec are what-if estimates, not "
+                                "hardware behaviour."))
     if cost:
         p = cost["peak_tflops"]
         rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
-        con.print(escape(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind "
-                         f"{cost['kind']}, {rate}. {cost['note']}"), soft_wrap=True)
+        con.print(Text(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind "
+                       f"{cost['kind']}, {rate}. {cost['note']}"))
     return 0
 
 
@@ -176,7 +182,7 @@ def verify_mma(args: argparse.Namespace) -> int:
             report["gpu_probe"] = probe
             ok &= all(r.get("mismatches", 1) == 0 for r in probe["results"])
         elif gpu == "on":
-            raise ValueError("verify --mma --gpu on: no CUDA GPU available")
+            raise Fp4labError("verify --mma --gpu on: no CUDA GPU available")
     out = getattr(args, "json", None)
     if isinstance(out, str):
         with open(out, "w") as f:

@@ -10,6 +10,7 @@ any value table) is not an operand format: block-scaled kinds take it as a value
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fp4lab.errors import InputError
 
 import numpy as np
 
@@ -31,6 +32,7 @@ class OperandFormat:
     signed: bool = True
     subnormals: bool = True
     integer: bool = False  # two's-complement integer grid (INT4): man_bits = value bits, exp_bits = 0
+    container_bits: int = 0  # codes come in this many bits and the bits above the format's own are ignored
 
     @property
     def emin(self) -> int:
@@ -97,7 +99,9 @@ OPERAND_FORMATS: dict[str, OperandFormat] = {
         _f("e5m2fnuz", 5, 2, 16, "fnuz", 57344.0),
         # scales: ue8m0 is 2**(x-127), x = 0..254 (no zero, no subnormal), 0xFF NaN; ue4m3 is e4m3 without sign.
         _f("ue8m0", 8, 0, 127, "fn", 2.0**127, signed=False, subnormals=False),
-        _f("ue4m3", 4, 3, None, "fn", 448.0, signed=False),
+        # ue4m3: 7 bits in a byte; bit 7 is padding, ignored (masked) as the PTX ISA describes and MMA-Sim does
+        # (truncate_e4m3_to_ue4m3: code & 0x7F). So 0xB8 is 1.0 like 0x38, and 0xFF is NaN like 0x7F.
+        _f("ue4m3", 4, 3, None, "fn", 448.0, signed=False, container_bits=8),
         _f("e8m0", 8, 0, 127, "fn", 2.0**127, signed=False, subnormals=False),
     )
 }
@@ -108,7 +112,7 @@ def operand_format(name: str) -> OperandFormat:
     try:
         return OPERAND_FORMATS[name]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"unknown operand format {name!r}; known: {', '.join(OPERAND_FORMATS)}"
         ) from None
 
@@ -119,11 +123,13 @@ def decode_codes(codes: np.ndarray, fmt: OperandFormat) -> np.ndarray:
     if fmt.integer:
         n = fmt.man_bits + 1
         if codes.size and (codes.min() < 0 or codes.max() >= (1 << n)):
-            raise ValueError(f"codes for {fmt.name} must be in [0, {1 << n}), got [{codes.min()}, {codes.max()}]")
+            raise InputError(f"codes for {fmt.name} must be in [0, {1 << n}), got [{codes.min()}, {codes.max()}]")
         return np.where(codes >= (1 << fmt.man_bits), codes - (1 << n), codes).astype(np.float64)
     nbits = fmt.exp_bits + fmt.man_bits + (1 if fmt.signed else 0)
-    if codes.size and (codes.min() < 0 or codes.max() >= (1 << nbits)):
-        raise ValueError(f"codes for {fmt.name} must be in [0, {1 << nbits}), got [{codes.min()}, {codes.max()}]")
+    width = max(nbits, fmt.container_bits)
+    if codes.size and (codes.min() < 0 or codes.max() >= (1 << width)):
+        raise InputError(f"codes for {fmt.name} must be in [0, {1 << width}), got [{codes.min()}, {codes.max()}]")
+    codes = codes & ((1 << nbits) - 1)  # padding bits above the format's own (ue4m3 bit 7) are ignored
     mag = codes & ((1 << (fmt.exp_bits + fmt.man_bits)) - 1)
     ebits = mag >> fmt.man_bits
     mbits = mag & ((1 << fmt.man_bits) - 1)

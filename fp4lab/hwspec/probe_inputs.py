@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emulator.mma import emulate_gemm
+from ..emulator.mma import emulate_gemm, resolve_kind
 from .operands import decode_codes, operand_format
 
 # (label, hopper kind, input bits, exp bits, man bits, torch dtype, BLOCK_K, acc dtype, imprecise-acc interval,
@@ -114,6 +114,10 @@ def emulate_config(cfg, ab, bb, cb, hw: str = "hopper-sm90", model: str | None =
     a_v, b_v = _values(ab, label, nbits, ebits, mbits), _values(bb, label, nbits, ebits, mbits)
     c = cb.view(np.float16) if acc == "f16" else cb.view(np.float32)
     with np.errstate(all="ignore"):
+        fmt = None if nbits != 8 else ("e4m3" if ebits == 4 else "e5m2")  # FP8 kinds take both: name it
+        if fmt not in resolve_kind(hw, model or kind).a_formats:  # e.g. fp8 data on the fp16 instruction
+            fmt = None
         d = emulate_gemm(a_v, np.ascontiguousarray(b_v.T), hw=hw, kind=model or kind, block_k=BK,
-                         promotion_interval=imprecise, c=c, k_order=K_ORDERS.get(label))
+                         promotion_interval=imprecise, c=c, k_order=K_ORDERS.get(label), a_format=fmt,
+                         b_format=fmt)
     return d.view(np.uint32)

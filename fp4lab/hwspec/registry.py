@@ -2,7 +2,8 @@
 
 Loader conveniences (all resolved before validation, so the model always holds full :class:`Num` records):
 
-* a bare number in a kind takes that kind's ``provenance``/``source`` (which default to the spec's);
+* a bare number (or a bare ``zero_sign`` string) in a kind takes that kind's ``provenance``/``source`` (which
+  default to the spec's);
 * ``extends = "other-kind"`` inside a kind starts from that kind of the same file and deep-merges the rest;
 * ``inherits = "parent-spec"`` at the top starts from the parent spec's kinds and native combos; when the child's
   ``provenance`` is "assumed" or "unknown", every inherited number takes that provenance and a source naming
@@ -18,13 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import SpecError
-from ..formats.spec_io import one_line, read_spec_text
+from ..errors import SpecError, did_you_mean
+from ..formats.spec_io import one_line, read_spec_text, validation_message
 from .schema import HWSpec
 
 SPEC_DIR = Path(__file__).parent / "specs"
 _NUM_KEYS = {"k", "peak_tflops", "fused_len", "frac_bits", "e_zero", "group", "join_frac_bits",
              "mantissa_bits", "nan_bits", "block"}
+_RULE_KEYS = {"zero_sign"}  # string-valued model choices that carry provenance like numbers (schema.Rule)
 _REGISTRY: dict[str, HWSpec] = {}
 _WEAK = ("assumed", "unknown")
 
@@ -52,6 +54,8 @@ def _expand_nums(node: Any, prov: str, src: str, key: str | None = None) -> Any:
     if isinstance(node, list):
         return [_expand_nums(v, prov, src, key) for v in node]
     if key in _NUM_KEYS and isinstance(node, (int, float)) and not isinstance(node, bool):
+        return {"value": node, "provenance": prov, "source": src}
+    if key in _RULE_KEYS and isinstance(node, str):
         return {"value": node, "provenance": prov, "source": src}
     return node
 
@@ -146,11 +150,8 @@ def _builtin_names() -> list[str]:
 def _validate(data: dict, where: str) -> HWSpec:
     try:
         return HWSpec.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        msg = one_line(err["msg"].removeprefix("Value error, "))
-        raise SpecError(f"{where}: {'field ' + loc + ': ' if loc else ''}{msg}") from None
+    except ValidationError as e:  # every error, each as a sentence
+        raise SpecError(validation_message(e, where, HWSpec)) from None
 
 
 def load_hw(path: str | Path) -> HWSpec:
@@ -196,7 +197,9 @@ def get_hw(name: str | Path | HWSpec) -> HWSpec:
         exists = False
     if key.endswith(".toml") or exists:
         return load_hw(key)
-    raise SpecError(f"unknown hw {one_line(key, 80)!r}; known: {', '.join(list_hw())} (or a path to a .toml spec)")
+    hint = did_you_mean(key, list_hw())
+    raise SpecError(f"unknown hw {one_line(key, 80)!r}; {hint + ' ' if hint else ''}known: {', '.join(list_hw())} "
+                    "(or a path to a .toml spec)")
 
 
 def spec_to_dict(spec: HWSpec) -> dict:

@@ -19,6 +19,9 @@ The accumulation model family (docs/hardware_validation.md, reference hw_numeric
   rounded to fp32 by RNE. gtr drops C when its exponent is below e_max - frac_bits - 1.
 
 K longer than ``fused_len`` is a chain: each chunk's rounded output is the next chunk's C.
+
+Non-numeric model choices that a source can disagree on (``output.zero_sign``) are :class:`Rule` records: a
+value with the same ``provenance`` and ``source`` as a number (a bare string in TOML expands like a bare number).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..formats.base import check_text, refuse_booleans
 from .operands import OPERAND_FORMATS
+from ..errors import InputError, SpecError
 
 Text = Annotated[str, Field(max_length=2048)]
 ShortText = Annotated[str, Field(max_length=256)]
@@ -84,15 +88,30 @@ class Num(_Model):
         return int(self.value)
 
 
+class Rule(_Model):
+    """A named model choice with where it comes from (e.g. ``output.zero_sign``)."""
+
+    value: ShortText
+    provenance: Provenance
+    source: Text = Field(min_length=1)
+
+
+ZERO_SIGN_RULES = {
+    "positive": "every zero result is +0 (a negative result that rounds to zero gives +0)",
+    "keep_underflow_sign": "a nonzero result that rounds to zero keeps its sign (-0 for negative ones); exact "
+                           "zero sums give +0",
+}
+
+
 def integral(n: "Num | None", lo: int, hi: int) -> "Num | None":
     """``n`` if its value is an integer in [lo, hi] (None passes), else a ValueError saying what is allowed."""
     if n is None:
         return n
     v = n.value
     if isinstance(v, float) and not v.is_integer():
-        raise ValueError(f"must be an integer, got {v!r}")
+        raise SpecError(f"must be an integer, got {v!r}")
     if not lo <= v <= hi:
-        raise ValueError(f"must be an integer in [{lo}, {hi}], got {v!r}")
+        raise SpecError(f"must be an integer in [{lo}, {hi}], got {v!r}")
     return n
 
 
@@ -179,6 +198,10 @@ class Output(_Model):
     rounding: Literal["rz", "rne"]
     mantissa_bits: Num = Field(description="Fraction bits kept: 23 (fp32), 13 (Hopper fp8 'e8m13'), 10 (fp16).")
     nan_bits: Num = Field(description="Bit pattern of every NaN result, in the output format.")
+    zero_sign: Rule = Field(
+        default=Rule(value="positive", provenance="assumed",
+                     source="default: every zero result is +0 (the rule measured on the H200)"),
+        description="Sign of zero results: " + "; ".join(f"'{k}': {v}" for k, v in ZERO_SIGN_RULES.items()) + ".")
 
     @field_validator("mantissa_bits")
     @classmethod
@@ -199,6 +222,8 @@ class Output(_Model):
             raise ValueError(f"output: mantissa_bits {mb} exceeds the {top} fraction bits of {self.format}")
         if nb >> width or (nb & exp_mask) != exp_mask or not nb & man_mask:
             raise ValueError(f"output: nan_bits {nb:#x} is not a NaN bit pattern of {self.format}")
+        if self.zero_sign.value not in ZERO_SIGN_RULES:
+            raise ValueError(f"output: zero_sign {self.zero_sign.value!r} unknown; known: {', '.join(ZERO_SIGN_RULES)}")
         return self
 
 
@@ -216,6 +241,8 @@ class MMAKind(_Model):
     b_formats: list[ShortText] = Field(max_length=32)
     c_format: Literal["f32", "f16"]
     tf32_truncate: bool = Field(default=False, description="Inputs are fp32 words whose low 13 bits are dropped.")
+    ab_same_format: bool = Field(default=False, description="A and B must have the same format (e.g. tcgen05 "
+                                 "kind::f16: f16 x f16 or bf16 x bf16, never mixed).")
     scales: list[ScaleOption] = Field(default_factory=list, max_length=32)
     accumulation: Accumulation
     output: Output
@@ -246,6 +273,11 @@ class MMAKind(_Model):
     @model_validator(mode="after")
     def _check(self) -> "MMAKind":
         alg = self.accumulation.algorithm
+        if self.c_format == "f16" and "bf16" in set(self.a_formats) | set(self.b_formats):
+            raise ValueError(f"kind {self.name!r}: bf16 operands with an f16 accumulator; no MMA instruction has "
+                             "that combination (bf16 MMAs accumulate in f32)")
+        if self.ab_same_format and set(self.a_formats) != set(self.b_formats):
+            raise ValueError(f"kind {self.name!r}: ab_same_format needs the same a_formats and b_formats")
         scaled = alg in ("st_fdpa", "gst_fdpa") or bool(self.scales)
         if alg in ("st_fdpa", "gst_fdpa") and not self.scales:
             raise ValueError(f"kind {self.name!r}: algorithm {alg} needs at least one [[scales]] entry")
@@ -266,14 +298,14 @@ class MMAKind(_Model):
     def block_scaled(self) -> bool:
         return bool(self.scales)
 
-    def nums(self) -> dict[str, Num]:
-        """Every numeric field of the kind, by dotted name (for provenance reports)."""
-        out: dict[str, Num] = {}
+    def nums(self) -> dict[str, Num | Rule]:
+        """Every numeric field (and :class:`Rule`) of the kind, by dotted name (for provenance reports)."""
+        out: dict[str, Num | Rule] = {}
 
         def walk(prefix: str, m: BaseModel) -> None:
             for name in type(m).model_fields:
                 v = getattr(m, name)
-                if isinstance(v, Num):
+                if isinstance(v, (Num, Rule)):
                     out[prefix + name] = v
                 elif isinstance(v, BaseModel):
                     walk(prefix + name + ".", v)
@@ -324,7 +356,7 @@ class HWSpec(_Model):
         try:
             return self.kinds[name]
         except KeyError:
-            raise ValueError(f"hw {self.name!r} has no kind {name!r}; kinds: {', '.join(self.kinds)}") from None
+            raise InputError(f"hw {self.name!r} has no kind {name!r}; kinds: {', '.join(self.kinds)}") from None
 
     def provenance_counts(self) -> dict[str, int]:
         """How many numeric fields of each provenance the spec holds."""

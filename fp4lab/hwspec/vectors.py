@@ -32,6 +32,7 @@ def emulate_rows(data: dict[str, np.ndarray], prefix: str, kind_name: str, use_c
     from ..emulator.mma import Prepared, finish, resolve_kind
 
     kind = resolve_kind(hw, kind_name)
+    fmt = {"E4M3": "e4m3", "E5M2": "e5m2"}.get(prefix)  # FP8 kinds take e4m3 and e5m2: name which one
     a = data[f"{prefix}_a"][rows].view(np.float32)
     b = data[f"{prefix}_b"][rows].view(np.float32)
     c = data[f"{prefix}_c"][rows].view(np.float32).astype(np.float64)
@@ -42,7 +43,7 @@ def emulate_rows(data: dict[str, np.ndarray], prefix: str, kind_name: str, use_c
     out = np.empty(len(c))
     step = 500 if impl == "numba" else 1
     for i in range(0, len(c), step):
-        sub = Prepared(kind, a[i:i + step], np.ascontiguousarray(b[i:i + step].T))
+        sub = Prepared(kind, a[i:i + step], np.ascontiguousarray(b[i:i + step].T), a_format=fmt, b_format=fmt)
         out[i:i + step] = np.diagonal(sub.run(np.repeat(c[i:i + step, None], sub.N, axis=1), impl=impl))
     return finish(out[None, :], kind)[0].view(np.uint32)
 

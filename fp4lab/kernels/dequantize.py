@@ -44,7 +44,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
                        SCALED: tl.constexpr, TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr,
                        SNAN: tl.constexpr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
                        EBIAS: tl.constexpr, STEP: tl.constexpr, RHT_N: tl.constexpr, OUT_BF16: tl.constexpr,
-                       LEAN: tl.constexpr, EXACT: tl.constexpr, INTERP: tl.constexpr):
+                       LEAN: tl.constexpr, EXACT: tl.constexpr, INTERP: tl.constexpr, TS_FIRST: tl.constexpr = False):
     """Tile held as even/odd column halves (as in quantize): packed bytes split into two codes elementwise,
     bf16 pairs written as one int32 word (WORDS).
 
@@ -79,11 +79,16 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
                 sc = sc & 0xFFFF
             S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
             special = tl.max(tl.max(((bits_of(S) & 0x7F800000) == 0x7F800000).to(tl.int32), axis=1), axis=0)
-            ve = tl.reshape(_blocks(ve, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
-            vo = tl.reshape(_blocks(vo, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
             if TWO_LEVEL:
                 ts = tl.load(ts_ptr)
                 special = special | ((bits_of(ts) & 0x7F800000) == 0x7F800000).to(tl.int32)
+                if TS_FIRST:  # value * (S * ts)
+                    S = S * ts
+                    special = special | tl.max(tl.max(((bits_of(S) & 0x7F800000) == 0x7F800000).to(tl.int32),
+                                                      axis=1), axis=0)
+            ve = tl.reshape(_blocks(ve, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
+            vo = tl.reshape(_blocks(vo, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
+            if TWO_LEVEL and not TS_FIRST:
                 ve = ve * ts
                 vo = vo * ts
         else:
@@ -118,11 +123,15 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
         sc = tl.load(sc_ptr + saddr, mask=smask, other=0).to(tl.int32)
         if SKIND == 3:
             sc = sc & 0xFFFF
-        S = _expand(decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN), TWO_D)
-        ve = tl.reshape(_blocks(ve, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
-        vo = tl.reshape(_blocks(vo, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
+        S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
         if TWO_LEVEL:
             ts = tl.load(ts_ptr)
+            if TS_FIRST:  # value * (S * ts)
+                S = S * ts
+        S = _expand(S, TWO_D)
+        ve = tl.reshape(_blocks(ve, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
+        vo = tl.reshape(_blocks(vo, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
+        if TWO_LEVEL and not TS_FIRST:
             ve = ve * ts
             vo = vo * ts
     if RHT_N > 0:
@@ -206,5 +215,5 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,
             SCALED=sp.method != 0, TWO_LEVEL=two_level, SKIND=sp.skind, SBIAS=sp.sbias, SNAN=sp.snan,
             GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, LEAN=lean, EXACT=exact,
-            INTERP=interpreting(), **opts)
+            INTERP=interpreting(), TS_FIRST=bool(two_level and sp.ts_first), **opts)
     return out.view(torch.bfloat16) if out_dtype == torch.bfloat16 else out

@@ -32,15 +32,19 @@ from fp4lab.kernels.tile import decode_elements, f32_of, is_finite, load_f32, pa
 @triton.jit
 def _values(code_e, code_o, S, ts, vals_ptr, R: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
             TC: tl.constexpr, TWO_D: tl.constexpr, METHOD: tl.constexpr, APPLY_TS: tl.constexpr,
-            GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr):
-    """fp32 ``value[code] * S`` (``* ts``) of both halves [R, C2], in the reference's order of operations."""
+            GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
+            ERR: tl.constexpr = 0):
+    """fp32 ``value[code] * S`` (``* ts``; ``ERR`` bit 1: ``value * (S * ts)``) of both halves [R, C2], in the
+    reference's order of operations."""
     ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
     vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
     if METHOD != 0:
+        if APPLY_TS and (ERR & 2) != 0:
+            S = S * ts
         Sx = _expand(S, TWO_D)
         ve = tl.reshape(_blocks(ve, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
         vo = tl.reshape(_blocks(vo, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
-        if APPLY_TS:
+        if APPLY_TS and (ERR & 2) == 0:
             ve = ve * ts
             vo = vo * ts
     return ve, vo
@@ -114,7 +118,8 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
              HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr,
              HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr, EDIV: tl.constexpr, DIV_POW2: tl.constexpr,
              ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr, FB: tl.constexpr,
-             QDIV: tl.constexpr, LEAN_OK: tl.constexpr):
+             QDIV: tl.constexpr, LEAN_OK: tl.constexpr, BUMP_LO: tl.constexpr, BUMP_HI: tl.constexpr,
+             S_CRIT: tl.constexpr, ERR: tl.constexpr = 0):
     """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them."""
     C2: tl.constexpr = BK // 2
     if RHT_N > 0:
@@ -130,9 +135,9 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
         min_s, max_s, zero_code, inf_code, snan_code, R, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
         N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
         SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE,
-        SZ_POS, POW2_GAPS, FB, QDIV, LEAN_OK)
+        SZ_POS, POW2_GAPS, FB, QDIV, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
     ve, vo = _values(code_e, code_o, S, ts, vals_ptr, R, C2, TR, TC, TWO_D, METHOD, APPLY_TS, GKIND, EB, MB,
-                     EBIAS, STEP)
+                     EBIAS, STEP, ERR)
     _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
 
@@ -158,6 +163,8 @@ def _fake_quant_kernel(
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
     POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr,
+    TS_LO: tl.constexpr, TS_HI: tl.constexpr, BUMP_LO: tl.constexpr, BUMP_HI: tl.constexpr, S_CRIT: tl.constexpr,
+    ERR: tl.constexpr = 0,
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
     ``outk`` and/or along M into ``outm``. Two-level formats: ``amax_ptr`` holds the tensor amax of the K- and
@@ -175,11 +182,11 @@ def _fake_quant_kernel(
     g_m = 1.0
     if TWO_LEVEL:
         if ALONG_K:
-            ts_k, g_k = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE)
+            ts_k, g_k = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE, TS_LO, TS_HI)
             if first:
                 tl.store(ts_ptr, ts_k)
         if ALONG_M:
-            ts_m, g_m = tensor_scale(tl.load(amax_ptr + 1), ts_den, ENCODE)
+            ts_m, g_m = tensor_scale(tl.load(amax_ptr + 1), ts_den, ENCODE, TS_LO, TS_HI)
             if first:
                 tl.store(ts_ptr + 1, ts_m)
     if not ALONG_M:
@@ -192,7 +199,8 @@ def _fake_quant_kernel(
                  MB, EBIAS, STEP, N_THR, L_THR, N_LVL, L_LVL, N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR,
                  FAST_RAND, SRW, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
                  HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB,
-                 QDIV_K, LEAN_OK)
+                 QDIV_K, LEAN_OK,
+                 BUMP_LO, BUMP_HI, S_CRIT, ERR)
     else:
         H: tl.constexpr = BM // 2
         rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
@@ -210,7 +218,8 @@ def _fake_quant_kernel(
                          OUT_F32, APPLY_TS, INTERP, GKIND, EB, MB, EBIAS, STEP, N_THR, L_THR, N_LVL, L_LVL, N_TG,
                          N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, FAST_RAND, SRW, METHOD, EXP_MODE,
                          EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
-                         SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_K, LEAN_OK)
+                         SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_K, LEAN_OK,
+                         BUMP_LO, BUMP_HI, S_CRIT, ERR)
         # along M: per column parity, the even-row and odd-row halves form blocks of TC // 2 rows each
         if RHT_M > 0:
             xee, xoe = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
@@ -229,18 +238,18 @@ def _fake_quant_kernel(
             min_s, max_s, zero_code, inf_code, snan_code, H, C2, TC // 2, 2, True, N_THR, L_THR, N_LVL, L_LVL,
             N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND,
             SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2,
-            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK)
+            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
         v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, METHOD, APPLY_TS, GKIND, EB,
-                             MB, EBIAS, STEP)
+                             MB, EBIAS, STEP, ERR)
         c_eo, c_oo, sc_o, S_o = quantize_halves(
             xeo, xoo, reo, roo, ts_m, g_m, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
             nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
             min_s, max_s, zero_code, inf_code, snan_code, H, C2, TC // 2, 2, True, N_THR, L_THR, N_LVL, L_LVL,
             N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND,
             SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2,
-            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK)
+            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
         v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, METHOD, APPLY_TS, GKIND, EB,
-                             MB, EBIAS, STEP)
+                             MB, EBIAS, STEP, ERR)
         _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
         _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)
 

@@ -81,6 +81,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     import torch
 
     from fp4lab.emulator.philox import sr_elements_per_call
+    from fp4lab.emulator.range_policy import kernel_constants
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     import triton
 
@@ -133,7 +134,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
         HAS_MAX=sp.max_scale is not None, STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0,
         NAN_PROP=sp.nan_prop, EDIV=sp.ediv, DIV_POW2=sp.div_pow2, ENCODE=sp.encode,
         SZ_POS=fmt.signed_zero == "positive", POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key,
-        QDIV_K=qdiv(rk), QDIV_M=qdiv(rm), LEAN_OK=lean_ok,
+        QDIV_K=qdiv(rk), QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ERR=sp.err, **kernel_constants(fmt),
     )
     options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
     tables = _tables(ep, sp, dev)

@@ -246,13 +246,15 @@ class ScaleParams:
     even_add: int = 0
     emax: int = 0
     skind: int = 0  # 0 pow2, 1 float table, 2 fp32, 3 bf16, 4 float by bit arithmetic (snan = mb << 16 | nan+1)
-    sround: int = 0  # 0 rtne, 1 ceil, 2 floor
+    sround: int = 0  # 0 rtne, 1 ceil, 2 floor; + 4: pow2 codes above the largest become NaN (scale_overflow)
     sbias: int = 0
     snan: int = 0  # pow2 NaN code / float-table NaN code
     targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
     inv_targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
     sdiv: bool = True
     two_level: bool = False
+    ts_first: bool = False  # two-level values as value * (S * ts) (dequantize_order "scale_product_first")
+    err: int = 0  # target selection error: bit 0 absolute (select_by "sae"), bit 1 value * (S * ts)
     ts_den: float = 1.0
     min_scale: float | None = None
     max_scale: float | None = None
@@ -284,7 +286,7 @@ def _scale_params(fmt: QuantFormat) -> ScaleParams:
         if rule.method == "even":
             p.even_add = 1 << (22 - fmt.element.mantissa_bits)
         p.emax = fmt.emax_elem
-    p.sround = {"rtne": 0, "ceil": 1, "floor": 2}[rule.effective_rounding]
+    p.sround = {"rtne": 0, "ceil": 1, "floor": 2}[rule.effective_rounding] + 4 * (rule.scale_overflow == "nan")
     if sfmt.kind == "pow2":
         p.snan = sfmt.pow2_nan_code
     tg = np.array(fmt.targets, dtype=np.float64)
@@ -292,6 +294,8 @@ def _scale_params(fmt: QuantFormat) -> ScaleParams:
     p.inv_targets = (F32(1.0) / tg.astype(F32)).astype(F32)
     p.sdiv = rule.scale_division == "divide"
     p.two_level = fmt.tensor_scale != "none"
+    p.ts_first = p.two_level and rule.dequantize_order == "scale_product_first"
+    p.err = int(rule.select_by == "sae") | 2 * int(p.ts_first)
     if p.two_level:
         smax = rule.max_scale or sfmt.max
         p.ts_den = float(F32(fmt.targets[0] * smax))

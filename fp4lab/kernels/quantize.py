@@ -16,8 +16,8 @@ import triton.language as tl
 
 from fp4lab.kernels.tile import (
     FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_fbits_det,
-    encode_fbits_sr, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs, rht_pairs,
-    rht_tile, scale_tile,
+    encode_fbits_sr, encode_float_scale, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs,
+    pow2_exponent, rht_pairs, rht_tile, scale_tile,
 )
 
 
@@ -167,14 +167,100 @@ def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
 
 @triton.jit
 def _tile_is_plain(has_inf, has_nan, S, ts, ENCODE: tl.constexpr, EDIV: tl.constexpr, DIV_POW2: tl.constexpr,
-                   TWO_LEVEL: tl.constexpr):
+                   TWO_LEVEL: tl.constexpr, S_CRIT: tl.constexpr = 0.0):
     """Scalar: True when every block of the tile has finite inputs and a normal finite scale whose element
-    multiplier is finite, so the lean encoding (no NaN/zero-scale/0 * Inf corrections) gives the same bits."""
+    multiplier is finite (and, S_CRIT > 0, below S_CRIT: no decoded-range caps), so the lean encoding (no
+    NaN/zero-scale/0 * Inf corrections, no multiplier floor, no caps) gives the same bits."""
     eb = bits_of(S) & 0x7F800000
     bad = has_inf | has_nan | (eb == 0) | (eb == 0x7F800000)
     if not (ENCODE or EDIV or DIV_POW2):
         bad = bad | ((bits_of(_reciprocal(S, ts, TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
+    if S_CRIT > 0.0:
+        if TWO_LEVEL:
+            bad = bad | ((S >= S_CRIT) & (ts == 1.0))
+        else:
+            bad = bad | (S >= S_CRIT)
     return tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) == 0
+
+
+@triton.jit
+def _multiplier_ok(code, m, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr):
+    """(decoded scale S of ``code``, whether S > 0 with a finite multiplier div_rn(m, S))."""
+    s = decode_scale(code, svals_ptr, SKIND, SBIAS, SNAN)
+    return s, (s > 0.0) & is_finite(tl.div_rn(m, s))
+
+
+@triton.jit
+def _multiplier_floor(ts, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
+                      MB: tl.constexpr, SMAXV: tl.constexpr, TWO_LEVEL: tl.constexpr, LO: tl.constexpr,
+                      HI: tl.constexpr):
+    """Scalars (code, value) of range_policy.multiplier_floor: the smallest scale code in [LO, HI] (the positive
+    scale codes, ascending in value) whose scale S is positive with a finite multiplier m / S, m = div_rn(1, ts)
+    (1 single-level); value 0 (no floor) if none. m / S is finite iff S > m / (2^128 - 2^103), and that bound lies
+    within 2^-24 (relative) above v = m * 2^-128: so the answer is the smallest scale >= v (its ceil encoding), or
+    the next code if that one's multiplier overflows (scale spacings exceed 2^-24). Float tables (SKIND 1): by
+    bisection. Once per program."""
+    if TWO_LEVEL:
+        m = tl.div_rn(ts * 0.0 + 1.0, ts)
+    else:
+        m = tl.full((), 1.0, tl.float32)
+    if SKIND == 1:
+        lo = tl.full((), LO, tl.int32)
+        hi = tl.full((), HI, tl.int32)
+        for _ in tl.static_range((HI - LO).bit_length()):
+            mid = lo + (hi - lo) // 2
+            _, ok = _multiplier_ok(mid, m, svals_ptr, SKIND, SBIAS, SNAN)
+            hi = tl.where(ok, mid, hi)
+            lo = tl.where(ok, lo, mid + 1)
+        c = lo
+    else:
+        v = (m * 5.421010862427522e-20) * 5.421010862427522e-20  # m * 2^-128, one rounding (2^-64 twice)
+        if SKIND == 0:
+            c1 = tl.minimum(tl.maximum(pow2_exponent(v, 1) + SBIAS, 0), SNAN - 1)
+        elif SKIND == 4:
+            c1 = encode_float_scale(tl.minimum(v, SMAXV), MB, SBIAS, 1)
+        elif SKIND == 2:
+            c1 = bits_of(v)
+        else:
+            b = bits_of(v)
+            c1 = (b + tl.where((b & 0xFFFF) != 0, 0x10000, 0)) >> 16
+        _, ok1 = _multiplier_ok(c1, m, svals_ptr, SKIND, SBIAS, SNAN)
+        c = tl.minimum(tl.where(ok1, c1, c1 + 1), HI)
+    s, ok = _multiplier_ok(c, m, svals_ptr, SKIND, SBIAS, SNAN)
+    return c, tl.where(ok, s, 0.0)
+
+
+@triton.jit
+def _floor_scales(sc, S, amax, fcode, fval):
+    """Blocks with amax > 0 whose non-zero scale is below the multiplier floor (fcode, fval) take it."""
+    bump = (amax > 0.0) & (S > 0.0) & (S < fval)
+    return tl.where(bump, fcode, sc), tl.where(bump, fval, S)
+
+
+@triton.jit
+def _decoded_caps(S, lvl_ptr, N_LVL: tl.constexpr, L_LVL: tl.constexpr):
+    """range_policy.decoded_caps per block: (lo, hi) from the ascending levels, -Inf / +Inf where the extreme level
+    on that side decodes finite. Bisection: cp = number of levels whose product with S is below +Inf, cn = number
+    whose product is -Inf (both prefixes of the ascending levels)."""
+    cp = tl.full(S.shape, 0, tl.int32)
+    cn = tl.full(S.shape, 0, tl.int32)
+    for s in tl.static_range(L_LVL):
+        up = cp + (1 << (L_LVL - 1 - s))
+        vp = tl.load(lvl_ptr + tl.minimum(up, N_LVL) - 1) * S
+        cp = tl.where((up <= N_LVL) & (vp < float("inf")), up, cp)
+        un = cn + (1 << (L_LVL - 1 - s))
+        vn = tl.load(lvl_ptr + tl.minimum(un, N_LVL) - 1) * S
+        cn = tl.where((un <= N_LVL) & (vn == float("-inf")), un, cn)
+    ok = is_finite(S)
+    hi = tl.where(ok & (cp < N_LVL), tl.maximum(tl.load(lvl_ptr + tl.maximum(cp - 1, 0)), 0.0), float("inf"))
+    lo = tl.where(ok & (cn > 0), tl.minimum(tl.load(lvl_ptr + tl.minimum(cn, N_LVL - 1)), 0.0), float("-inf"))
+    return lo, hi
+
+
+@triton.jit
+def _cap(t, lo, hi):
+    """t clamped to [lo, hi], NaN staying NaN (numpy's minimum / maximum)."""
+    return tl.minimum(tl.maximum(t, lo, propagate_nan=tl.PropagateNan.ALL), hi, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -203,9 +289,9 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sc
                    L_LVL: tl.constexpr, TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr,
                    OVF: tl.constexpr, SR: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
                    DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr,
-                   FB: tl.constexpr, LEAN: tl.constexpr, QDIV: tl.constexpr):
+                   FB: tl.constexpr, LEAN: tl.constexpr, QDIV: tl.constexpr, S_CRIT: tl.constexpr = 0.0):
     """(even-half codes, odd-half codes) of the blocks with decoded scales S; LEAN as in _scale_elements (t is
-    then never NaN, so the NaN element policy is left out too)."""
+    then never NaN, so the NaN element policy is left out too); S_CRIT > 0: decoded-range caps (tensor scale 1)."""
     NB: tl.constexpr = (((FB >> 13) & 255) + 1) >> ((FB >> 1) & 15)
     if LEAN and QDIV and EDIV and (FB & 1) and NB == 2 and not SR:
         # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
@@ -225,6 +311,10 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sc
     else:
         te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE, LEAN)
         to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE, LEAN)
+        if S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
+            lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if TWO_LEVEL else S, lvl_ptr, N_LVL, L_LVL)
+            te = _cap(te, _expand(lo, TWO_D), _expand(hi, TWO_D))
+            to = _cap(to, _expand(lo, TWO_D), _expand(hi, TWO_D))
     ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
                  inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, not LEAN)
     co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
@@ -234,15 +324,20 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sc
 
 @triton.jit
 def _sq_error(eb, ob, ce, co, S, ts, vals_ptr, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.constexpr,
-              TWO_LEVEL: tl.constexpr):
-    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2."""
+              TWO_LEVEL: tl.constexpr, ERR: tl.constexpr = 0):
+    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2; ERR bit 0: |error| instead of its
+    square (select_by "sae"), bit 1: value * (S * ts) (dequantize_order "scale_product_first")."""
+    if TWO_LEVEL and (ERR & 2) != 0:
+        S = S * ts
     de = tl.load(vals_ptr + ce) * _expand(S, TWO_D)
     do = tl.load(vals_ptr + co) * _expand(S, TWO_D)
-    if TWO_LEVEL:
+    if TWO_LEVEL and (ERR & 2) == 0:
         de = de * ts
         do = do * ts
     de = de - eb
     do = do - ob
+    if (ERR & 1) != 0:
+        return _bsum_ordered(tl.abs(de), tl.abs(do), TR, TH, TWO_D)
     return _bsum_ordered(de * de, do * do, TR, TH, TWO_D)
 
 
@@ -259,18 +354,21 @@ def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
 
 
 @triton.jit
-def tensor_scale(amax_t, ts_den, ENCODE: tl.constexpr):
-    """(ts, g) of a two-level format from the tensor amax (ref_quantize.tensor_scales): decode scale ts and, for
-    "encode" arithmetic, the encode scale g (1 otherwise)."""
+def tensor_scale(amax_t, ts_den, ENCODE: tl.constexpr, TS_LO: tl.constexpr = 0, TS_HI: tl.constexpr = 0x7F7FFFFF):
+    """(ts, g) of a two-level format from the tensor amax (ref_quantize.tensor_scales): decode scale ts, clamped to
+    [TS_LO, TS_HI] (fp32 bit patterns, range_policy.tensor_scale_bounds: TS_LO may be subnormal, which a float
+    literal would make fp64), and, for "encode" arithmetic, the encode scale g (1 otherwise)."""
+    ts_lo = f32_of(tl.full((), TS_LO, tl.int32))
+    ts_hi = f32_of(tl.full((), TS_HI, tl.int32))
     if ENCODE:
         g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX, propagate_nan=tl.PropagateNan.ALL),
                      1.0)
         g = tl.where(g > 0.0, g, 1.0)
-        ts = tl.div_rn(1.0, g)
+        ts = tl.minimum(tl.div_rn(1.0, g), ts_hi)
     else:
         g = 1.0
         ts = tl.div_rn(amax_t, ts_den)
-        ts = tl.where((ts > 0.0) & is_finite(ts), ts, 1.0)
+        ts = tl.where((ts > 0.0) & is_finite(ts), tl.minimum(tl.maximum(ts, ts_lo), ts_hi), 1.0)
     return ts, g
 
 
@@ -290,10 +388,15 @@ def quantize_halves(
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
     POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
+    BUMP_LO: tl.constexpr = 0, BUMP_HI: tl.constexpr = 0, S_CRIT: tl.constexpr = 0.0, ERR: tl.constexpr = 0,
 ):
     """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
     (METHOD != 0; tensor scale ts and encode scale g of two-level formats): (code_e, code_o [BM, C2], scale codes,
-    decoded scales [blocks of the tile]); element-only formats return zero-sized scale placeholders (0, 1)."""
+    decoded scales [blocks of the tile]); element-only formats return zero-sized scale placeholders (0, 1).
+    Range edges (range_policy.kernel_constants): BUMP_HI > 0: the multiplier floor over scale codes [BUMP_LO,
+    BUMP_HI] (then a lean tile may hold raised blocks: their multipliers are finite); S_CRIT > 0: decoded-range caps
+    for blocks with S >= S_CRIT, off the lean path."""
+    BUMP: tl.constexpr = BUMP_HI > 0
     TH: tl.constexpr = TC // 2
     if METHOD == 0:
         code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
@@ -302,6 +405,9 @@ def quantize_halves(
                          inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
         return code_e, code_o, 0, 1.0
     else:
+        if BUMP:
+            fcode, fval = _multiplier_floor(ts, svals_ptr, SKIND, SBIAS, SNAN, SNAN >> 16, SMAXV, TWO_LEVEL,
+                                            BUMP_LO, BUMP_HI)
         eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
         ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
         reb = _blocks(re, BM, C2, TR, TH, TWO_D)
@@ -325,7 +431,9 @@ def quantize_halves(
             amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab_ptr, scpos_ptr, svals_ptr,
             min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX,
             SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, ENCODE)
-        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL):
+        if BUMP:
+            best_sc, best_S = _floor_scales(best_sc, best_S, amax, fcode, fval)
+        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL, S_CRIT):
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                 ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
@@ -334,20 +442,22 @@ def quantize_halves(
             best_e, best_o = _encode_blocks(
                 eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                 ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
-                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV)
+                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV, S_CRIT)
         if N_TG > 1:
-            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
+            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL, ERR)
             for ti in tl.static_range(1, N_TG):
                 sc, S = _block_scales(
                     amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti), stab_ptr,
                     scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS,
                     METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX,
                     STRICT, SMAXV, HAS_ZB, ENCODE)
+                if BUMP:
+                    sc, S = _floor_scales(sc, S, amax, fcode, fval)
                 c_e, c_o = _encode_blocks(
                     eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
                     ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
-                    TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV)
-                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL)
+                    TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV, S_CRIT)
+                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL, ERR)
                 take = err < best_err
                 best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
                 best_o = tl.where(_expand(take, TWO_D), c_o, best_o)
@@ -376,6 +486,8 @@ def _quantize_kernel(
     STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
     EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
     POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
+    TS_LO: tl.constexpr, TS_HI: tl.constexpr, BUMP_LO: tl.constexpr, BUMP_HI: tl.constexpr, S_CRIT: tl.constexpr,
+    ERR: tl.constexpr = 0,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
     load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
@@ -400,7 +512,7 @@ def _quantize_kernel(
     ts = 1.0
     g = 1.0
     if TWO_LEVEL:
-        ts, g = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE)
+        ts, g = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE, TS_LO, TS_HI)
         if (pid_m == 0) & (pid_k == 0):
             tl.store(ts_ptr, ts)
     code_e, code_o, best_sc, best_S = quantize_halves(
@@ -409,7 +521,7 @@ def _quantize_kernel(
         min_s, max_s, zero_code, inf_code, snan_code, BM, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
         N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
         SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS,
-        POW2_GAPS, FB, QDIV, LEAN_OK)
+        POW2_GAPS, FB, QDIV, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
     if METHOD != 0:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
@@ -471,6 +583,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
 
     from fp4lab.emulator.blocks import BlockView
     from fp4lab.emulator.philox import check_sr_bits, sr_elements_per_call
+    from fp4lab.emulator.range_policy import kernel_constants
     from fp4lab.emulator.ref_quantize import check_rounding
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
@@ -557,7 +670,8 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
             TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
             STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
             DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, QDIV=qdiv, LEAN_OK=lean_ok, **opts)
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, QDIV=qdiv, LEAN_OK=lean_ok, ERR=sp.err,
+            **kernel_constants(fmt), **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None

@@ -394,8 +394,11 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
         if HAS_MAX:
             ideal = tl.where(ideal > max_s, max_s, ideal)
         if SKIND == 0:
-            k = pow2_exponent(ideal, SROUND)
+            ROUND: tl.constexpr = SROUND % 4  # SROUND >= 4: a code above SNAN - 1 is NaN (scale_overflow "nan")
+            k = pow2_exponent(ideal, ROUND)
             code = tl.minimum(tl.maximum(k + SBIAS, 0), SNAN - 1)
+            if SROUND >= 4:
+                code = tl.where(k + SBIAS > SNAN - 1, SNAN, code)
             code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 4:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))

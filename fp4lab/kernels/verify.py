@@ -1,7 +1,8 @@
 """``fp4lab verify``: Triton kernels against the plain-numpy reference, bit for bit.
 
 Each ``quantize`` case quantizes one tensor (random or adversarial data: ties, values next to powers of two,
-zeros, subnormals, huge values, NaN/Inf, all-zero blocks) with one format, rounding (rtne / sr), RHT (off / 16)
+zeros, subnormals, huge values, NaN/Inf, all-zero blocks; or a whole tensor at a range edge: tiny amax or near
+float32 max) with one format, rounding (rtne / sr), RHT (off / 16)
 and blocked axis (last / first), then compares codes, scale codes, scales, tensor scale and the dequantized fp32
 values with ``quantize_reference`` / ``dequantize_reference`` as integer bit patterns. Each ``fakequant`` case
 runs the fused fake-quantize kernel (``fake_quantize_triton``) on a 2-D tensor along K and along M at once (RHT,
@@ -19,7 +20,8 @@ from typing import Any
 import numpy as np
 
 F32 = np.float32
-KINDS = ("random", "adversarial")
+FLT_MAX = float(np.finfo(F32).max)
+KINDS = ("random", "adversarial", "edges")
 OPS = ("quantize", "fakequant")
 FAKEQUANT_SHARE = 0.25  # fraction of a run's elements spent on fakequant cases when both ops run
 
@@ -70,7 +72,10 @@ class Outcome:
 def make_input(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
     """float32 [rows, cols]. 'random': normal values with a log-uniform scale per row; 'adversarial': rows cycle
     through ties on a dyadic grid, powers of two and their float32 neighbours, zeros and all-zero blocks,
-    subnormals, huge values near FLT_MAX, and NaN/Inf sprinkled over otherwise normal data."""
+    subnormals, huge values near FLT_MAX, and NaN/Inf sprinkled over otherwise normal data; 'edges': a whole
+    tensor at one end of float32's range (``range_edge_input``)."""
+    if kind == "edges":
+        return range_edge_input(rows, cols, seed)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, cols)) * np.exp2(rng.uniform(-20, 20, (rows, 1)))
     x = x.astype(F32)
@@ -95,6 +100,20 @@ def make_input(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
     choices = [ties, p2, zeros, sub, huge, special, mixed, x]
     out = np.select([r == i for i in range(8)], choices).astype(F32)
     return out
+
+
+def range_edge_input(rows: int, cols: int, seed: int) -> np.ndarray:
+    """float32 [rows, cols] N(0,1) values times 2^(e_row + e_group) (e_row per row in [-32, 0], e_group per 32
+    columns in [-8, 0]): an even seed gives a tiny tensor (amax about 2^-116, below the two-level tensor scale's
+    floor; many blocks float32-subnormal), an odd seed a huge one (amax near float32 max, +-FLT_MAX in every
+    seventh column). Blocks along either axis mix magnitudes."""
+    rng = np.random.default_rng(seed)
+    e = rng.integers(-32, 1, (rows, 1)) + rng.integers(-8, 1, (1, -(-cols // 32))).repeat(32, axis=1)[:, :cols]
+    x = rng.standard_normal((rows, cols)) * np.exp2(e + (-118.0 if seed % 2 == 0 else 125.0))
+    x = np.clip(x, -FLT_MAX, FLT_MAX)
+    if seed % 2:
+        x[:, ::7] = np.where(rng.random((rows, x[:, ::7].shape[1])) < 0.5, FLT_MAX, -FLT_MAX)
+    return x.astype(F32)
 
 
 def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None, 16),
@@ -157,9 +176,9 @@ def _fakequant_combos(roundings, rht_sizes) -> list[tuple[str, int | None, str]]
     full = [(r, h, k) for r in roundings for h in rht_sizes for k in KINDS]
     if len(roundings) != 2 or len(rht_sizes) != 2:
         return full
-    (r0, r1), (h0, h1), (k0, k1) = roundings, rht_sizes, KINDS
-    return [(r0, h0, k0), (r1, h1, k0), (r1, h0, k1), (r0, h1, k1),
-            (r1, h0, k0), (r0, h1, k0), (r0, h0, k1), (r1, h1, k1)]
+    (r0, r1), (h0, h1), (k0, k1, k2) = roundings, rht_sizes, KINDS
+    return [(r0, h0, k0), (r1, h1, k0), (r1, h0, k1), (r0, h1, k1), (r0, h0, k2), (r1, h1, k2),
+            (r1, h0, k0), (r0, h1, k0), (r0, h0, k1), (r1, h1, k1), (r1, h0, k2), (r0, h1, k2)]
 
 
 def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, roundings,

@@ -5,8 +5,10 @@ from fp4lab.testing.strategies import (
     element_grids,
     float32_arrays,
     quant_formats,
+    range_edge_inputs,
     rounding_modes,
     scale_formats,
 )
 
-__all__ = ["block_inputs", "element_grids", "float32_arrays", "quant_formats", "rounding_modes", "scale_formats"]
+__all__ = ["block_inputs", "element_grids", "float32_arrays", "quant_formats", "range_edge_inputs", "rounding_modes",
+           "scale_formats"]

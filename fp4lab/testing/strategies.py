@@ -35,6 +35,10 @@ Strategies (every generated grid value, scale and target is exactly representabl
     values, +0 and -0, float32 subnormals, huge values (up to float32 max), NaN and +-Inf (optional), and whole
     all-zero blocks. ``P = 2^k`` with k drawn from ``exp_range``; without ``allow_inf``, values that overflow
     float32 are replaced by +-float32 max.
+``range_edge_inputs(fmt, max_blocks=4)``
+    ``block_inputs`` of a whole tensor at one end of float32's range: every block scale ``P = 2^k`` with k in
+    [-149, -100] (tensor amax below the two-level tensor-scale floor, float32-subnormal blocks) or in [100, 127]
+    (values up to float32 max, never +-Inf from the construction).
 ``float32_arrays(shape=None, allow_nan=True, allow_inf=True)``
     float32 arrays of any values with the same adversarial mix, not tied to a format.
 ``rounding_modes(deterministic_only=False)``
@@ -59,7 +63,8 @@ F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126
 F32_SUB = float(np.finfo(np.float32).smallest_subnormal)  # 2^-149
 
 __all__ = [
-    "block_inputs", "element_grids", "float32_arrays", "quant_formats", "rounding_modes", "scale_formats",
+    "block_inputs", "element_grids", "float32_arrays", "quant_formats", "range_edge_inputs", "rounding_modes",
+    "scale_formats",
 ]
 
 
@@ -327,6 +332,15 @@ def block_inputs(
     if not allow_inf:  # block scales near float32's top overflow grid values times P: keep them finite
         blocks = np.where(np.isinf(blocks), np.copysign(np.float32(F32_MAX), blocks), blocks).astype(np.float32)
     return _from_blocks(blocks, fmt, shape)
+
+
+def range_edge_inputs(fmt: QuantFormat, max_blocks: int = 4, allow_nan: bool = True) -> st.SearchStrategy:
+    """``block_inputs`` of a tensor whose every block scale lies at the low (2^-149 .. 2^-100) or the high
+    (2^100 .. 2^127) end of float32's range (see module doc)."""
+    return st.one_of(
+        block_inputs(fmt, max_blocks, allow_nan=allow_nan, allow_huge=False, exp_range=(-149, -100)),
+        block_inputs(fmt, max_blocks, allow_nan=allow_nan, allow_inf=False, exp_range=(100, 127)),
+    )
 
 
 def _from_blocks(blocks: np.ndarray, fmt: QuantFormat, shape: tuple[int, int]) -> np.ndarray:

@@ -1,0 +1,139 @@
+"""What a person reads: every table fits 80 columns with its numbers whole; compare names formats by name, shows
+bits per element, a block-amax bias and a verdict per input; the grid plot has a legend, one y-scale and the
+measured bias of spec-file formats too."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import fp4lab
+from fp4lab.cli import main
+
+SPEC = ('name = "my-e1m2-b32"\nelement = "e1m2"\nblock = { shape = [32] }\nscale = "ue4m3"\ntensor_scale = "amax"\n'
+        '[scale_rule]\nmethod = "amax"\nelement_scaling = "reciprocal"\n')
+SMALL = ["--dist", "gaussian", "laplace", "--shape", "16x256", "--rht", "0,16"]
+
+
+@pytest.fixture()
+def spec(tmp_path):
+    path = tmp_path / "a-rather-long-folder-name-for-the-spec" / "my_e1m2_b32_spec_file.toml"
+    path.parent.mkdir()
+    path.write_text(SPEC)
+    return str(path)
+
+
+def run(capsys, monkeypatch, *argv):
+    monkeypatch.setenv("COLUMNS", "80")
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def assert_fits(out: str) -> None:
+    lines = out.splitlines()
+    assert lines and max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert "…" not in out  # rich's mark of a cut cell
+
+
+@pytest.mark.parametrize("argv", [["formats"], ["hw", "list"], ["hw", "show", "blackwell-sm100", "--format", "ufp4"]]
+                         + [["hw", "show", name] for name in fp4lab.list_hw()])
+def test_tables_fit_80_columns(capsys, monkeypatch, argv):
+    assert_fits(run(capsys, monkeypatch, *argv))
+
+
+def test_formats_table_prints_every_value_whole(capsys, monkeypatch):
+    rows = json.loads(run(capsys, monkeypatch, "formats", "--json"))
+    out = run(capsys, monkeypatch, "formats")
+    assert_fits(out)
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    for r in rows:
+        cells = lines[r["name"]]
+        assert cells[1] == r["element"] and float(cells[2]) == r["element_max"]
+        assert float(cells[-1]) == r["bits_per_element"]  # 4.03125 for nvfp4-2d, not 4.031
+
+
+def test_hw_list_keeps_descriptions_whole(capsys, monkeypatch):
+    out = run(capsys, monkeypatch, "hw", "list")
+    flat = " ".join(out.split())
+    for name in fp4lab.list_hw():
+        assert f"{name}: {' '.join(fp4lab.get_hw(name).description.split())}" in flat
+
+
+def test_compare_table_names_formats_and_keeps_digits(capsys, monkeypatch, spec):
+    doc = json.loads(run(capsys, monkeypatch, "compare", "nvfp4", "ufp4", spec, *SMALL, "--json"))
+    out = run(capsys, monkeypatch, "compare", "nvfp4", "ufp4", spec, *SMALL)
+    assert_fits(out)
+    assert spec not in out and "my-e1m2-b32" in out
+    assert doc["formats"][spec]["name"] == "my-e1m2-b32"
+    for rec in doc["results"]:  # every SQNR and block-amax bias of the document is printed whole
+        assert f" {rec['sqnr_db']:.2f} " in out
+        assert f" {100 * rec['bias_amax']:+.4f} " in out
+    first_rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    assert first_rows["ufp4"][1] == "6" and first_rows["nvfp4"][1] == "4.5" and first_rows["my-e1m2-b32"][1] == "4.25"
+
+
+def test_compare_bias_amax_is_the_sr_bias_magnitude_unit():
+    from fp4lab.analysis.compare import CompareConfig, run_compare
+    from fp4lab.analysis.sr_bias import sr_width_bias
+
+    formats = ["ufp4", "nvfp4", "mxfp4", "e2m1", "nvfp4-2d"]
+    doc = run_compare(CompareConfig(formats=formats, inputs=["laplace"], rht=[0], shape=(32, 256)))
+    rows = sr_width_bias(formats, widths=[], dists=["laplace"], rows=32, cols=256, seeds=1)
+    for f, row in zip(formats, rows):
+        rec = next(r for r in doc["results"] if r["format"] == f)
+        assert rec["bias_amax"] == pytest.approx(row.magnitude, rel=1e-12, abs=1e-15)
+        assert rec["bias"] == pytest.approx(row.grid_bias, rel=1e-12)
+    ufp4 = next(r for r in doc["results"] if r["format"] == "ufp4")  # FP32 scale amax / 1.75: grid bias / 1.75
+    assert ufp4["bias_amax"] == pytest.approx(ufp4["bias"] / 1.75, rel=1e-5)
+
+
+def test_compare_verdict_per_input(capsys, monkeypatch, spec):
+    doc = json.loads(run(capsys, monkeypatch, "compare", "nvfp4", "ufp4", spec, *SMALL, "--json"))
+    out = run(capsys, monkeypatch, "compare", "nvfp4", "ufp4", spec, *SMALL)
+    flat = " ".join(out.split())
+    names = {"nvfp4": "nvfp4", "ufp4": "ufp4", spec: "my-e1m2-b32"}
+    for label in ("gaussian", "laplace"):
+        recs = [r for r in doc["results"] if r["input"] == label]
+        v = doc["verdicts"][label]
+        best = max(r["sqnr_db"] for r in recs)
+        assert v["best_sqnr"]["sqnr_db"] == best
+        assert {(c["format"], c["rht"]) for c in v["best_sqnr"]["cases"]} == \
+            {(r["format"], r["rht"]) for r in recs if r["sqnr_db"] == best}
+        small = min(abs(r["bias_amax"]) for r in recs)
+        assert abs(v["smallest_abs_bias"]["bias_amax"]) == small
+        win = v["best_sqnr"]["cases"][0]
+        line = re.search(rf"verdict for {re.escape(label)}: best SQNR (.*?): ([-\d.]+) dB; smallest \|bias\| "
+                         r"(.*?): ([-+\d.]+)% of the block amax", flat)
+        assert line, flat
+        assert line.group(1).startswith(names[win["format"]]) and float(line.group(2)) == round(best, 2)
+        assert float(line.group(4)) == round(100 * v["smallest_abs_bias"]["bias_amax"], 4)
+
+
+def test_plot_has_legend_shared_scale_and_measured_bias_for_spec_files(monkeypatch, tmp_path, spec):
+    import matplotlib.pyplot as plt
+
+    from fp4lab.analysis.compare import CompareConfig, run_compare
+    from fp4lab.analysis.plot import plot_grids
+
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    formats = ["nvfp4", spec, "int4-b16-fp32"]  # three grids; the spec file's e1m2 grid has a panel of its own
+    doc = run_compare(CompareConfig(formats=formats, inputs=["gaussian"], rht=[0, 16], shape=(16, 256)))
+    plot_grids(formats, tmp_path / "g.png", doc)
+    (fig,) = figures
+    try:
+        axes = fig.axes
+        assert len(axes) == 3 and len({ax.get_ylim() for ax in axes}) == 1
+        assert fig.legends and len(fig.legends[0].get_texts()) >= 6
+        for ax, given in zip(axes, formats):
+            dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+            want = [100 * r["bias_amax"] for r in doc["results"] if r["format"] == given]
+            assert sorted(float(ln.get_ydata()[0]) for ln in dashed) == pytest.approx(sorted(want))
+    finally:
+        real_close(fig)
+    assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
