@@ -9,9 +9,11 @@ sweep); FP4LAB_MMASIM_REPORT=path writes the per-(spec, kind) counts as JSON (do
 from __future__ import annotations
 
 import json
-import re
+import math
 import os
+import re
 from collections import defaultdict
+from itertools import product
 
 import numpy as np
 import pytest
@@ -168,11 +170,16 @@ def _normalise(api: str, name: str) -> str:
     return name
 
 
-# MMA-Sim entries fp4lab does not model, and why (docs/hardware_validation.md)
+# MMA-Sim entries fp4lab does not model: (architecture pattern, name pattern, why) (docs/hardware_validation.md 5.2)
 NOT_MODELLED = (
-    (r"\.f64\.|_f64$", "f64 FMA chains: fp4lab's models output f32/f16 only"),
-    (r"^f32_\d+x\d+x\d+(_\d+b)?_f32$", "CDNA3 f32 MFMA: an f32 FMA chain, not a fused dot product"),
-    (r"^m8n8k4\.f32\.f16\.f16\.f16$", "Volta/Turing mixed f16-C / f32-D m8n8k4 variant"),
+    (r".", r"\.f64\.|_f64$|^f64_", "f64 FMA chains: fp4lab's models output f32/f16 only"),
+    (r"^CDNA[123]$", r"^f32_\d+x\d+x\d+(_\d+b)?_?f32$", ("f32 MFMA: a chain of IEEE fp32 FMAs (one exact product plus "
+     "C, correctly rounded), not expressible as a truncated fused sum (test_unexpressible_mmasim_models)")),
+    (r"^CDNA1$", r"^f32_\d+x\d+x\d+b?f16$", ("CDNA1 f16/bf16: E-FDPA, the exact sum of 4 f16 / 2 bf16 products "
+     "and C rounded once, not expressible as a truncated fused sum (test_unexpressible_mmasim_models)")),
+    (r"^CDNA2$", r"^f32_\d+x\d+x\d+b?f16(_1k)?$", ("CDNA2 f16/bf16: flush-to-zero fp32 multiplies and a tree "
+     "of rounded fp32 adds, not a fused sum (test_unexpressible_mmasim_models)")),
+    (r"^Volta$|^Turing$", r"^m8n8k4\.f32\.f16\.f16\.f16$", "Volta/Turing mixed f16-C / f32-D m8n8k4 variant"),
 )
 
 
@@ -190,21 +197,91 @@ def _mmasim_entries():
         yield arch, "TCGen05MMA", names
     for arch, names in isa_tcgen05mma.tcgen05mma_block_scale_shape_and_type.items():
         yield arch, "TCGen05MMABlockScale", names
-    yield "CDNA3", "MFMA", arch_mfma_suffix["CDNA3"]
+    for arch, names in arch_mfma_suffix.items():
+        yield arch, "MFMA", names
 
 
 def test_hwspec_covers_every_mmasim_model():
-    """Every instruction MMA-Sim 2.1.1 models on the architectures fp4lab has is an fp4lab kind checked above,
-    except the listed exclusions (CDNA1/CDNA2 are not in fp4lab: their exact-sum and flush-to-zero models)."""
+    """Every instruction MMA-Sim 2.1.1 models (every architecture it lists) is an fp4lab kind checked above, except
+    the listed exclusions; an architecture without an fp4lab spec (CDNA1, CDNA2) must be wholly excluded."""
     by_arch = {v: k for k, v in ARCH.items()}
     have = {(c.hw, c.api, _normalise(c.api, c.name)) for cs in BY_KIND.values() for c in cs}
     missing = []
     for arch, api, names in _mmasim_entries():
-        assert arch in by_arch, f"MMA-Sim architecture {arch} has no fp4lab spec"
         for n in dict.fromkeys(_normalise(api, x) for x in names):
-            if (by_arch[arch], api, n) not in have and not any(re.search(p, n) for p, _ in NOT_MODELLED):
+            excluded = any(re.search(pa, arch) and re.search(pn, n) for pa, pn, _ in NOT_MODELLED)
+            if not excluded and (by_arch.get(arch), api, n) not in have:
                 missing.append(f"{arch} {api} {n}")
     assert not missing, f"{len(missing)} MMA-Sim models without an fp4lab kind, e.g. {missing[:5]}"
+
+
+# ---- MMA-Sim models that fp4lab's accumulation family cannot express (docs/hardware_validation.md 5.2) -------------
+def _family(K: int):
+    """fp4lab's accumulation models (t_fdpa with fused or separate C, tr_fdpa, gtr_fdpa) swept over fused lengths
+    dividing K, F and F2 up to the widest the schema allows, e_zero, RNE/RZ fp32 output and both zero-sign rules."""
+    from fp4lab.emulator.mma_reference import ModelParams
+
+    for alg, sep in (("t_fdpa", False), ("t_fdpa", True), ("tr_fdpa", False), ("gtr_fdpa", False)):
+        for L in (x for x in (1, 2, 4, 8) if K % x == 0 and (alg != "gtr_fdpa" or x > 1)):  # gtr: even/odd
+            f_max = 51 - math.ceil(math.log2(L + 1))
+            for F, F2, ez, rne, keep in product((0, 10, 23, 24, 25, 31, f_max),
+                                                (23, 24, 31, 50) if alg != "t_fdpa" else (0,),
+                                                (-1000, -133, 0) if alg == "t_fdpa" else (0,), (True, False),
+                                                (True, False)):
+                yield ModelParams(alg, L, F, ez, 0, F2, sep, -126, rne, 23, -126, 127, keep)
+
+
+# (MMA-Sim arch, instruction, operand format, operand emin, [(a, b, c)]): dot products whose MMA-Sim result no
+# member of fp4lab's family reproduces (each family member fails at least one of the kind's witnesses)
+WITNESSES = (
+    # exact sum: 1024 + 2**-14 is a tie, the term 2**-48 (2**-100) 58 (110) bits below 1024 breaks it upwards;
+    # every fp4lab model keeps at most 50 bits below the largest term, drops it and rounds the tie to even
+    ("CDNA1", "f32_32x32x8f16", "f16", -14, [([2**-24, 2**-14], [2**-24, 1.0], 1024.0)]),
+    ("CDNA1", "f32_32x32x4bf16", "bf16", -126, [([2**-100, 2**-14], [1.0, 1.0], 1024.0)]),
+    # FTZ tree: a subnormal input is flushed to +0 (fp4lab's models with F >= 10 resp. 7 keep the product), a
+    # product with 21 (15) significant bits is exact (F < 20 resp. 14 truncates it), and (1 + 2**-24) + 2**-24 is
+    # two rounded adds (1.0) where a fused sum with F >= 24 gives 1 + 2**-23
+    *((arch, name, fmt, emin, [([sub], [big], 0.0), ([1 + u], [1 + u], 0.0),
+                               ([1.0, 2**-12, 2**-12], [1.0, 2**-12, 2**-12], 0.0)])
+      for arch, name, fmt, emin, sub, big, u in (("CDNA2", "f32_32x32x8f16", "f16", -14, 2**-24, 2**14, 2**-10),
+                                                 ("CDNA2", "f32_32x32x8bf16_1k", "bf16", -126, 2**-133, 2**126, 2**-7),
+                                                 ("CDNA2", "f32_32x32x4bf16", "bf16", -126, 2**-133, 2**126, 2**-7))),
+    # FMA: (1 + 2**-23)(1 - 2**-24) + 2**-47 (1 + 2**-23) = 1 + 2**-24 + 2**-70, just above a tie: an FMA rounds
+    # up; the 2**-70 bit is 69 bits below the product, beyond every fp4lab model's truncation
+    *((arch, name, "f32", -126, [([1 + 2**-23], [1 - 2**-24], 2**-47 * (1 + 2**-23))])
+      for arch, name in (("CDNA1", "f32_16x16x4f32"), ("CDNA2", "f32_16x16x4f32"), ("CDNA3", "f32_16x16x4_f32"))),
+)
+
+
+@pytest.mark.parametrize("arch,name,fmt,emin,wit", WITNESSES, ids=[f"{w[0]}:{w[1]}" for w in WITNESSES])
+def test_unexpressible_mmasim_models(arch, name, fmt, emin, wit):
+    """The kinds excluded above for their arithmetic: MMA-Sim's result on the witnesses, checked against the rule
+    the exclusion names, is reproduced by no member of fp4lab's accumulation family (so they are documented,
+    not forced into a spec)."""
+    import torch
+    from mmasim.amd import MFMA
+
+    from fp4lab.emulator.mma_operands import align_exponents
+    from fp4lab.emulator.mma_reference import mma_reference
+
+    op = MFMA(arch, name)
+    K = op.k
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[fmt]
+    cases, ref = [], []
+    for a, b, c in wit:
+        av, bv = np.zeros(K), np.zeros(K)
+        av[:len(a)], bv[:len(b)] = a, b
+        cases.append((av, bv, c))
+        d = op.dpa(torch.tensor(av, dtype=tdt), torch.tensor(bv, dtype=tdt), torch.tensor(c, dtype=torch.float32))
+        ref.append(int(d.view(torch.int32).item()) & 0xFFFFFFFF)
+    expected = [0x3F800001] if fmt == "f32" else {"CDNA1": [0x44800001], "CDNA2": [
+        0x00000000, 0x3F804008 if fmt == "f16" else 0x3F820200, 0x3F800000]}[arch]
+    assert ref == expected, f"MMA-Sim {arch} {name}: {[hex(r) for r in ref]}"
+    for p in _family(K):
+        got = [int(np.float32(mma_reference(av[None, :], align_exponents(av, emin)[None, :], bv[:, None],
+                                            align_exponents(bv, emin)[:, None], np.array([[c]]), p)[0, 0])
+                   .view(np.uint32)) for av, bv, c in cases]
+        assert got != ref, f"{arch} {name}: fp4lab model {p} reproduces MMA-Sim on every witness"
 
 
 # ---- decisions of issue 14 items 3, 4, 6 checked against MMA-Sim ---------------------------------------------------
