@@ -221,9 +221,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
         schema = format_schema()
     else:
-        from fp4lab.hwspec import schema_json
+        from fp4lab.hwspec.schema import file_schema
 
-        schema = schema_json()
+        schema = file_schema()
     _print_json(schema)
     return 0
 

@@ -27,7 +27,7 @@ value with the same ``provenance`` and ``source`` as a number (a bare string in 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -365,3 +365,99 @@ class HWSpec(_Model):
             for n in k.nums().values():
                 counts[n.provenance] = counts.get(n.provenance, 0) + 1
         return counts
+
+
+# --- JSON Schema of an hwspec file (``fp4lab schema --kind hwspec``) ---------------------------------------------
+
+# Integer ranges of the numeric fields (the ``integral`` checks above), by field name.
+_INT_RANGES = {"k": (1, MAX_K), "block": (1, MAX_K), "fused_len": (1, MAX_K), "group": (1, MAX_K),
+               "frac_bits": (0, 50), "join_frac_bits": (0, 50), "e_zero": (-1000, 1000), "mantissa_bits": (0, 23),
+               "nan_bits": (0, 2**32 - 1)}
+_NEEDS = {"t_fdpa": ["e_zero"], "st_fdpa": ["e_zero"], "gst_fdpa": ["e_zero", "group"],
+          "tr_fdpa": ["join_frac_bits"], "gtr_fdpa": ["join_frac_bits"]}
+_FINITE = {"minimum": -1.7976931348623157e308, "maximum": 1.7976931348623157e308}  # refuses TOML's inf
+
+
+def _num(value: dict[str, Any], description: str | None) -> dict[str, Any]:
+    """A bare number, or a {value, provenance, source?} table whose value obeys ``value``."""
+    out: dict[str, Any] = {"anyOf": [value, {"allOf": [{"$ref": "#/$defs/Num"},
+                                                       {"properties": {"value": value}}]}]}
+    if description:
+        out["description"] = description
+    return out
+
+
+def file_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of an hwspec TOML file: exactly the structure the loader
+    (:func:`fp4lab.hwspec.load_hw`) accepts before it resolves ``extends``/``inherits`` and expands numbers.
+
+    pydantic's schema of :class:`HWSpec` describes the expanded model; a file may also write a bare number (or a bare
+    ``zero_sign`` string) that takes its kind's provenance and source, a ``{value, provenance}`` table without
+    ``source``, a kind without ``provenance``/``source`` (the spec's), ``extends`` in a kind (start from another
+    kind of the file and deep-merge; such a kind and every kind of a spec that ``inherits`` a built-in may be
+    partial) and no ``kinds`` at all.
+    """
+    from .registry import _builtin_names
+
+    schema = HWSpec.model_json_schema()
+    defs = schema["$defs"]
+    defs["Num"]["required"] = ["value", "provenance"]
+    defs["Num"]["properties"]["value"] = {"type": "number", **_FINITE}
+    defs["Num"]["description"] += " Without 'source' it takes its kind's source."
+    defs["Rule"]["required"] = ["value", "provenance"]
+    for model in ("Accumulation", "Output", "MMAKind", "ScaleOption"):
+        props = defs[model]["properties"]
+        for key, prop in props.items():
+            if key in _INT_RANGES:
+                lo, hi = _INT_RANGES[key]
+                props[key] = _num({"type": "integer", "minimum": lo, "maximum": hi}, prop.get("description"))
+    defs["MMAKind"]["properties"]["peak_tflops"] = _num(
+        {"type": "number", "minimum": 0, "maximum": _FINITE["maximum"]},
+        defs["MMAKind"]["properties"]["peak_tflops"]["description"])
+    for key in ("a_formats", "b_formats"):
+        defs["MMAKind"]["properties"][key]["items"] = {"enum": list(OPERAND_FORMATS)}
+        defs["MMAKind"]["properties"][key]["minItems"] = 1
+    defs["ScaleOption"]["properties"]["format"] = {"enum": list(OPERAND_FORMATS)}
+    zero_sign = {"enum": list(ZERO_SIGN_RULES)}
+    out_props = defs["Output"]["properties"]
+    out_props["zero_sign"] = {
+        "anyOf": [zero_sign, {"allOf": [{"$ref": "#/$defs/Rule"}, {"properties": {"value": zero_sign}}]}],
+        "default": out_props["zero_sign"]["default"], "description": out_props["zero_sign"]["description"]}
+    # Kinds, accumulations and outputs are deep-merged by extends/inherits, so their tables say no field is
+    # required; KindRoot adds what a kind that starts from nothing must give.
+    root: dict[str, Any] = {"required": [r for r in defs["MMAKind"]["required"]
+                                         if r not in ("name", "provenance", "source")],
+                            "properties": {m.lower(): {"required": defs[m]["required"]}
+                                           for m in ("Accumulation", "Output")}}
+    root["allOf"] = [{"if": {"properties": {"accumulation": {"properties": {"algorithm": {"const": alg}}}}},
+                      "then": {"properties": {"accumulation": {"required": need}}}} for alg, need in _NEEDS.items()]
+    root["allOf"].append({"if": {"properties": {"accumulation": {"properties": {
+        "algorithm": {"enum": ["st_fdpa", "gst_fdpa"]}}}}}, "then": {"required": ["scales"],
+                                                                    "properties": {"scales": {"minItems": 1}}}})
+    root["description"] = "A kind without 'extends' in a spec without 'inherits': complete by itself."
+    for model in ("MMAKind", "Accumulation", "Output"):
+        defs[model].pop("required")
+    kind_props = defs["MMAKind"]["properties"]
+    kind_props["name"] = {"description": "Ignored: the kind's table key is its name."}
+    kind_props["extends"] = {"type": "string", "description": "Start from this kind of the same file and deep-merge "
+                             "this table into it."}
+    for key in ("provenance", "source"):
+        kind_props[key]["description"] = f"Default: the spec's {key}; also the {key} of this kind's bare numbers."
+    defs["KindRoot"] = root
+    props = schema["properties"]
+    props["inherits"] = {"enum": _builtin_names(), "description": "Start from this built-in spec's kinds (merged "
+                         "with this file's kinds of the same name) and native combos (unless 'native' is given); "
+                         "with provenance 'assumed' or 'unknown', every inherited number takes that provenance."}
+    props["kinds"]["description"] = "MMA instruction kinds by name. Default: none (or the inherited ones)."
+    schema["required"] = [r for r in schema["required"] if r != "kinds"]
+    schema["allOf"] = [{"if": {"not": {"required": ["inherits"]}},
+                        "then": {"properties": {"kinds": {"additionalProperties": {
+                            "if": {"not": {"required": ["extends"]}}, "then": {"$ref": "#/$defs/KindRoot"}}}}},
+                        "description": "Without 'inherits', a kind that does not extend another is complete."}]
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$comment"] = ("Checks after extends/inherits are resolved (merged kinds complete, k, fused_len and scale "
+                          "blocks nest, fused_len a multiple of group, frac_bits within what float64 sums hold, NaN "
+                          "bit patterns, native combos naming kinds of the spec, 'extends' naming a kind of the "
+                          "file, printable text) are made by `fp4lab spec validate --kind hwspec`, not by this "
+                          "schema.")
+    return schema
