@@ -39,6 +39,31 @@ def test_compare_document_keys_and_deltas():
     assert doc["formats"]["mxfp4"]["level_bias"][4] == -0.125
 
 
+@pytest.mark.parametrize("rounding", [None, "sr"])
+def test_compare_backends_agree(rounding):
+    """The reference and the emulator give the same document (bit-identical quantization, so equal metrics)."""
+    base = dict(formats=["nvfp4", "ufp4", "mxfp4-rceil", "nvfp4-4over6", "nf4-b64-fp32"],
+                inputs=["student-t:nu=3", "outliers:k=20,every=97"], rht=[0, 16], shape=(16, 256), rounding=rounding)
+    docs = [run_compare(CompareConfig(**base, backend=b)) for b in ("reference", "emulator")]
+    assert [d["config"].pop("backend") for d in docs] == ["reference", "emulator"]
+    for d in docs:
+        d.pop("elapsed_s")
+    assert docs[0] == docs[1]
+
+
+def test_compare_auto_backend_threshold():
+    from fp4lab.analysis.compare import REFERENCE_MAX_ELEMENTS, choose_backend
+
+    cfg = CompareConfig()  # 10 formats x 2 RHT sizes
+    per_input = REFERENCE_MAX_ELEMENTS // 20
+    assert choose_backend(cfg, per_input) == "reference"
+    assert choose_backend(cfg, per_input + 1) == "emulator"
+    assert run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[0], shape=(4, 32)))[
+        "config"]["backend"] == "reference"
+    with pytest.raises(ValueError, match="backend must be one of auto, reference, emulator"):
+        choose_backend(CompareConfig(backend="gpu"), 1)
+
+
 def test_compare_rejects_bad_rht():
     with pytest.raises(ValueError, match="RHT size 8"):
         run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[8], shape=(4, 32)))

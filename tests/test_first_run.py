@@ -1,5 +1,5 @@
 """Installation and first-run cost (issue 13 items 14-15): numpy is not capped for every user, and README's
-first command compiles only the kernels it needs, each once.
+first command compiles no numba kernel (and, on the emulator backend, only the kernels it needs, each once).
 
 The first-run time itself is measured by ``benchmarks/first_run.py`` (a subprocess with an empty numba cache).
 """
@@ -85,7 +85,7 @@ import contextlib, io, json, sys
 import numba.core.registry
 from fp4lab.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
-    rc = main(["compare", "--json"])
+    rc = main(["compare", "--json", *sys.argv[1:]])
 compiled = {}
 for mod_name, mod in list(sys.modules.items()):
     if not mod_name.startswith("fp4lab"):
@@ -97,14 +97,24 @@ print(json.dumps({"rc": rc, "compiled": compiled}))
 """
 
 
-def test_compare_compiles_only_its_kernels_once():
-    """README's first command (``fp4lab compare``) compiles (or loads from the cache) quantize, dequantize and
-    RHT kernels only, one specialization each: no MMA, GEMM, packing or fake-quant kernel."""
-    res = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=600)
+def _compiled(*argv: str) -> dict[str, int]:
+    """``{dispatcher: signatures}`` of every numba kernel a ``fp4lab compare --json ARGV`` process compiled."""
+    res = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["rc"] == 0
-    compiled = doc["compiled"]
+    return doc["compiled"]
+
+
+def test_compare_compiles_nothing_by_default():
+    """README's first command (``fp4lab compare``) runs on the numpy reference: no numba kernel is compiled."""
+    assert _compiled() == {}
+
+
+def test_compare_on_the_emulator_compiles_only_its_kernels_once():
+    """``fp4lab compare --backend emulator`` compiles (or loads from the cache) quantize, dequantize and RHT kernels
+    only, one specialization each: no MMA, GEMM, packing or fake-quant kernel."""
+    compiled = _compiled("--backend", "emulator")
     assert "fp4lab.emulator.nb_quantize._quantize_items_fused" in compiled
     assert all(n == 1 for n in compiled.values()), compiled
     allowed = ("fp4lab.emulator.nb_quantize.", "fp4lab.emulator.nb_encode.", "fp4lab.emulator.rht.",

@@ -60,7 +60,7 @@ def compare_main(args: argparse.Namespace) -> int:
         cfg.rht = args.rht
     if args.shape is not None:
         cfg.shape = args.shape
-    cfg.seed, cfg.rht_seed, cfg.rounding = args.seed, args.rht_seed, args.rounding
+    cfg.seed, cfg.rht_seed, cfg.rounding, cfg.backend = args.seed, args.rht_seed, args.rounding, args.backend
     if args.plot is not None:  # checked before the run, not after it
         from fp4lab.analysis.outputs import check_output_file
 
@@ -286,7 +286,7 @@ def sr_bias_main(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the analysis subcommands to an ``argparse`` subparsers object."""
-    from fp4lab.analysis.compare import DEFAULT_FORMATS, DEFAULT_RHT, DEFAULT_SHAPE
+    from fp4lab.analysis.compare import BACKENDS, DEFAULT_FORMATS, DEFAULT_RHT, DEFAULT_SHAPE, REFERENCE_MAX_ELEMENTS
     from fp4lab.analysis.distributions import DEFAULT_DISTRIBUTIONS
 
     p = subparsers.add_parser(
@@ -306,6 +306,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
     p.add_argument("--rounding", default=None, help="override every format's rounding (rtne, rtna, rtnz, rtz, sr)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="numpy reference or numba emulator (same bits; default auto: the reference up to "
+                        f"{REFERENCE_MAX_ELEMENTS:,} quantized elements per run, which compiles nothing)")
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of each grid's levels, bins and bias to exactly "
                    "this path (must end in .png; an existing file needs --overwrite)")
