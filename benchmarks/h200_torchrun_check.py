@@ -1,6 +1,6 @@
 """One-GPU torchrun runs of the study against the plain run (issue 15 item 3); writes JSON to ``--out``/$OUT.
 
-    PYTHONPATH=. python3 benchmarks/h200_torchrun_check.py [--size small] [--recipe ufp4] [--steps 60]
+    PYTHONPATH=. python3 benchmarks/h200_torchrun_check.py [--size small] [--recipe ufp4] [--steps 60] [--deterministic]
 
 Runs, each in its own process on the one GPU, with one configuration (``--size``, ``--recipe``, ``--steps``,
 ``--batch``; evaluation every ``--eval-every`` steps; no diagnostics; the default corpus):
@@ -44,7 +44,7 @@ def _cli(a: argparse.Namespace, out: Path, extra: list[str]) -> list[str]:
     args = [str(ROOT / "examples" / "pretrain.py"), "train", "--out", str(out), "--no-progress"]
     for k, v in _fields(a).items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    return args + extra
+    return args + (["--deterministic"] if a.deterministic else []) + extra
 
 
 def _torchrun(args: list[str]) -> list[str]:
@@ -94,7 +94,7 @@ def worker_resume(a: argparse.Namespace) -> None:
     if model:
         fields["model"] = model
     cfg = TrainConfig.from_dict({"out": a.worker_out, "parallel": a.worker, "fsdp_params": "fp32", "progress": False,
-                                 **fields})
+                                 "deterministic": a.deterministic, **fields})
     first = train(cfg, stop_at=a.steps // 2)
     second = train(cfg)
     shutdown()
@@ -111,6 +111,7 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--eval-tokens", type=int, default=65536)
     ap.add_argument("--tiny", action="store_true", help="a tiny model (a CPU smoke test of this script)")
+    ap.add_argument("--deterministic", action="store_true", help="every run with torch's deterministic algorithms")
     ap.add_argument("--runs", default="/tmp/h200_torchrun_runs", help="run folders (not under --out: checkpoints); "
                     "emptied first")
     ap.add_argument("--worker", choices=("ddp", "fsdp"), help=argparse.SUPPRESS)
@@ -125,31 +126,30 @@ def main() -> None:
     shutil.rmtree(runs, ignore_errors=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    log: dict[str, Any] = {}
-    _run("plain", [sys.executable, *_cli(a, runs / "plain", [])], log)
-    _run("plain2", [sys.executable, *_cli(a, runs / "plain2", [])], log)
-    _run("ddp", _torchrun(_cli(a, runs / "ddp", ["--ddp"])), log)
-    _run("fsdp-fp32", _torchrun(_cli(a, runs / "fsdp-fp32", ["--fsdp", "--fsdp-params", "fp32"])), log)
-    _run("fsdp-bf16", _torchrun(_cli(a, runs / "fsdp-bf16", ["--fsdp"])), log)
+    result: dict[str, Any] = {"config": {**_fields(a), "deterministic": a.deterministic}, "torch": torch.__version__,
+                              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                              "runs": {}, "against_plain": {}, "resumed_against_uninterrupted": {}}
+    log = result["runs"]
     me = [str(Path(__file__).resolve()), "--size", a.size, "--recipe", a.recipe, "--steps", str(a.steps), "--batch",
           str(a.batch), "--eval-every", str(a.eval_every), "--eval-tokens", str(a.eval_tokens)] + \
-        (["--tiny"] if a.tiny else [])
-    for mode in ("ddp", "fsdp"):
-        _run(f"{mode}-resume", _torchrun([*me, "--worker", mode, "--worker-out", str(runs / f"{mode}-resume")]), log)
-    result: dict[str, Any] = {"config": _fields(a), "torch": torch.__version__,
-                              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                              "runs": log, "against_plain": {}, "resumed_against_uninterrupted": {}}
-    for name in log:
+        (["--tiny"] if a.tiny else []) + (["--deterministic"] if a.deterministic else [])
+    plan = [("plain", [sys.executable, *_cli(a, runs / "plain", [])], None),
+            ("plain2", [sys.executable, *_cli(a, runs / "plain2", [])], None),
+            ("ddp", _torchrun(_cli(a, runs / "ddp", ["--ddp"])), None),
+            ("fsdp-fp32", _torchrun(_cli(a, runs / "fsdp-fp32", ["--fsdp", "--fsdp-params", "fp32"])), None),
+            ("fsdp-bf16", _torchrun(_cli(a, runs / "fsdp-bf16", ["--fsdp"])), None)]
+    plan += [(f"{m}-resume", _torchrun([*me, "--worker", m, "--worker-out", str(runs / f"{m}-resume")]), ref)
+             for m, ref in (("ddp", "ddp"), ("fsdp", "fsdp-fp32"))]
+    for name, cmd, ref in plan:  # the JSON is rewritten after every run: a bounded slot keeps what finished
+        _run(name, cmd, log)
         if name != "plain" and log[name]["rc"] == 0 and log["plain"]["rc"] == 0:
-            result["against_plain"][name] = _compare(runs / name, runs / "plain")
-    for name, ref in (("ddp-resume", "ddp"), ("fsdp-resume", "fsdp-fp32")):
-        if log[name]["rc"] == 0 and log[ref]["rc"] == 0:
+            c = result["against_plain"][name] = _compare(runs / name, runs / "plain")
+            print(f"{name:11s} rows equal {c['rows_equal']}, weights equal {c['weights_equal']}, Adam equal "
+                  f"{c['adam_equal']}, max loss diff {c['max_loss_diff']}, max weight diff {c['max_weight_diff']}",
+                  flush=True)
+        if ref is not None and log[name]["rc"] == 0 and log[ref]["rc"] == 0:
             result["resumed_against_uninterrupted"][name] = _compare(runs / name, runs / ref)
-    (out / "h200_torchrun_check.json").write_text(json.dumps(result, indent=1))
-    for name, c in result["against_plain"].items():
-        print(f"{name:11s} rows equal {c['rows_equal']}, weights equal {c['weights_equal']}, Adam equal "
-              f"{c['adam_equal']}, max loss diff {c['max_loss_diff']}, max weight diff {c['max_weight_diff']}")
-
+        (out / "h200_torchrun_check.json").write_text(json.dumps(result, indent=1))
 
 if __name__ == "__main__":
     main()

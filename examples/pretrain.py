@@ -88,8 +88,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def _parallel(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainConfig fields given by --ddp / --fsdp and --fsdp-params."""
-    given = {"parallel": args.parallel, "fsdp_params": args.fsdp_params}
+    """The TrainConfig fields given by --ddp / --fsdp, --fsdp-params and --deterministic."""
+    given = {"parallel": args.parallel, "fsdp_params": args.fsdp_params, "deterministic": args.deterministic or None}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -187,6 +187,8 @@ def _parallel_args(p: argparse.ArgumentParser) -> None:
                    help="data-parallel over torchrun's processes with FSDP2 (fully_shard per block)")
     p.add_argument("--fsdp-params", choices=("bf16", "fp32"), default=None,
                    help="FSDP2 parameter dtype in forward and backward (default bf16; gradients reduced in fp32)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="torch's deterministic algorithms: identical CUDA runs give identical bits (slower)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -241,6 +241,30 @@ def test_deadline_pauses_with_a_checkpoint_and_config_is_checked(tmp_path, corpu
         train(_cfg(tmp_path, corpus_dir, recipe="mxfp4"), corpus=corpus)
 
 
+def test_deterministic_mode_is_scoped_and_a_runtime_field(tmp_path, corpus_dir, corpus, monkeypatch):
+    """``deterministic = True`` turns torch's deterministic algorithms on for the run only, with the cuBLAS
+    workspace setting they need; a run started without it resumes with it and gives the same rows."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    seen = []
+    real_step = train_mod._train_step
+
+    def step(*args, **kw):
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return real_step(*args, **kw)
+
+    monkeypatch.setattr(train_mod, "_train_step", step)
+    ref = train(_cfg(tmp_path, corpus_dir, "ref", diag_every=0), corpus=corpus).rows
+    assert seen and not any(seen)
+    cut = _cfg(tmp_path, corpus_dir, "cut", diag_every=0)
+    assert train(cut, stop_at=3, corpus=corpus).status == "paused"
+    seen.clear()
+    got = train(replace(cut, deterministic=True), corpus=corpus).rows
+    assert seen and all(seen) and not torch.are_deterministic_algorithms_enabled()
+    assert train_mod.os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    keys = ("step", "tokens", "train_loss", "heldout_loss", "lr")
+    assert [{k: r[k] for k in keys} for r in got] == [{k: r[k] for k in keys} for r in ref]
+
+
 def test_config_errors(tmp_path, corpus_dir):
     with pytest.raises(InputError, match="unknown field"):
         TrainConfig.from_dict({"stepz": 3})

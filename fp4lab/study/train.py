@@ -31,6 +31,12 @@ content).
 is the global batch, split over the ranks; rank 0 writes the run folder (``config.json`` also records
 ``world_size``); ``tokens_per_s`` counts the tokens of all ranks. Checkpoints keep the one-process format, so a
 run resumes under any mode and number of ranks.
+
+``deterministic = True`` runs with ``torch.use_deterministic_algorithms(True)`` (and
+``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset): on CUDA, ops with a nondeterministic default (atomic
+accumulation in backward passes) take their deterministic implementation, and ops without one warn. Without it, two
+identical CUDA runs can differ in the last bits from the first step on, and the difference grows with training
+(docs/study.md, "Repeatability").
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from fp4lab.study.progress import RunProgress
 
 RUNTIME_FIELDS: tuple[str, ...] = ("out", "progress", "device", "ckpt_every", "keep_checkpoint", "diag_every",
                                    "capture_steps", "capture_layers", "capture_rows", "recipe", "corpus",
-                                   "parallel", "fsdp_params")
+                                   "parallel", "fsdp_params", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class TrainConfig:
     progress: bool = True
     parallel: str = "none"
     fsdp_params: str = "bf16"
+    deterministic: bool = False
 
     def gpt(self) -> GPTConfig:
         """The model shape: ``model`` or ``SIZES[size]``."""
@@ -355,11 +362,31 @@ class _Loop:
         return row
 
 
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool):
+    """torch's deterministic algorithms (warn-only) inside the block when ``on``; the previous setting after it."""
+    if not on:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    prev, prev_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
+
+
 def train(cfg: TrainConfig, deadline: float | None = None, stop_at: int | None = None,
           corpus: Corpus | None = None) -> RunResult:
     """Run (or resume, or skip if finished) ``cfg``; stop early with a checkpoint at the first step boundary after
     ``time.monotonic() >= deadline`` or at step ``stop_at``. ``corpus`` saves reloading it for every run."""
     cfg.check()
+    with deterministic_algorithms(cfg.deterministic):
+        return _train(cfg, deadline, stop_at, corpus)
+
+
+def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus: Corpus | None) -> RunResult:
     run = Path(cfg.out)
     logs = CsvLog(run / "metrics.csv", METRIC_COLUMNS, run / "metrics.json")
     alpha_log = CsvLog(run / "alpha.csv", diagnostics.ALPHA_COLUMNS)
