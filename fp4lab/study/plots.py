@@ -21,6 +21,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _colors(recipes: set[str]) -> dict[str, Any]:
+    """One colour per recipe name (sorted order, matplotlib's tab10 then tab20), the same in every panel."""
+    plt = _pyplot()
+    names = sorted(recipes)
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
 def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
     """Per size (columns): held-out loss against tokens (top) and its relative gap to the baseline in % (bottom),
     each curve the mean over the finished seeds of a recipe."""
@@ -29,6 +37,7 @@ def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
     sizes = sorted({r.size for r in done}, key=lambda s: next(r.params for r in done if r.size == s))
     if not sizes:
         return
+    color = _colors({r.recipe for r in done})
     fig, axes = plt.subplots(2, len(sizes), figsize=(5 * len(sizes), 7), squeeze=False)
     for col, size in enumerate(sizes):
         curves: dict[str, list] = defaultdict(list)
@@ -40,12 +49,12 @@ def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
             n = min(len(r.rows) for r in rs)
             tokens = [r0["tokens"] for r0 in rs[0].rows[:n]]
             mean = [sum(r.loss("heldout")[i] for r in rs) / len(rs) for i in range(n)]
-            axes[0, col].plot(tokens, mean, label=f"{recipe} ({len(rs)})")
+            axes[0, col].plot(tokens, mean, label=f"{recipe} ({len(rs)})", color=color[recipe])
             paired = [r for r in rs if r.seed in base and len(base[r.seed].rows) >= n]
             if recipe != baseline and paired:
                 gap = [100 * sum(r.loss("heldout")[i] / base[r.seed].loss("heldout")[i] - 1 for r in paired)
                        / len(paired) for i in range(n)]
-                axes[1, col].plot(tokens, gap, label=recipe)
+                axes[1, col].plot(tokens, gap, label=recipe, color=color[recipe])
         axes[0, col].set(title=f"{size}", xlabel="tokens", ylabel="held-out loss (nats/byte)")
         axes[1, col].set(xlabel="tokens", ylabel=f"held-out gap to {baseline} (%)")
         axes[1, col].axhline(0, color="gray", lw=0.5)
@@ -61,6 +70,7 @@ def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
     plt = _pyplot()
     if not gap_rows:
         return
+    color = _colors({g["recipe"] for g in gap_rows})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
     for ax, metric in zip(axes[0], ("train", "heldout")):
         by: dict[str, list] = defaultdict(list)
@@ -71,7 +81,7 @@ def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
             rows.sort(key=lambda g: g["params"])
             se = [0.0 if g["se"] != g["se"] else g["se"] for g in rows]  # NaN (one seed): no bar
             ax.errorbar([g["params"] for g in rows], [g["mean"] for g in rows], yerr=se, marker="o", capsize=3,
-                        label=recipe)
+                        label=recipe, color=color[recipe])
         title = "held-out loss" if metric == "heldout" else "train loss"
         ax.set(xscale="log", xlabel="parameters", ylabel="relative loss gap to bf16 (%)", title=title)
         ax.axhline(0, color="gray", lw=0.5)
