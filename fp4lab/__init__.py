@@ -1,6 +1,6 @@
 """fp4lab: design 4-bit block-scaled number formats and emulate the hardware that runs them, bit for bit.
 
-Public API (see DESIGN.md): formats (``list_formats``, ``get_format``, ``load_format``, ``register``),
+Public API (README.md, "Using it"): formats (``list_formats``, ``get_format``, ``load_format``, ``register``),
 ``quantize`` / ``dequantize`` / ``rht`` (numba emulator on CPU, Triton kernels on CUDA), ``gemm``, and hardware
 emulation (``list_hw``, ``get_hw``, ``emulate_mma``, ``emulate_gemm``); ``fp4lab.interop`` converts to and from
 torch dtypes, ml_dtypes and torchao tensors.

@@ -1,4 +1,4 @@
-"""The public names of DESIGN.md, called exactly as outside tests call them."""
+"""The public API names (README.md, "Using it"), called exactly as outside tests call them."""
 
 import numpy as np
 import pytest

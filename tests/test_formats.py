@@ -179,3 +179,17 @@ def test_amax_overflowing_the_scale_format_saturates(scale):
     assert qt.scales.tolist() == [F32(fmt.scale.max)]
     assert fmt.element.values[qt.codes].tolist() == [0.5, 0.0, -0.5, 0.0]
     assert np.all(np.isfinite(dequantize_reference(qt)))
+
+
+def test_builtin_files_are_the_registry():
+    """Every builtin/*.toml is a built-in (formats and recipes): display order first, other files sorted after."""
+    from pathlib import Path
+
+    from fp4lab.formats.spec_io import builtin_names
+    from fp4lab.recipes.config import BUILTIN_NAMES as RECIPES
+
+    for names, folder in ((BUILTIN_NAMES, "formats"), (RECIPES, "recipes")):
+        files = {p.stem for p in (Path(fp4lab.__file__).parent / folder / "builtin").glob("*.toml")}
+        assert set(names) == files and len(names) == len(files)
+    got = builtin_names("fp4lab.formats", ("ufp4", "no-such-file"))
+    assert got[0] == "ufp4" and list(got[1:]) == sorted(set(BUILTIN_NAMES) - {"ufp4"})

@@ -101,7 +101,7 @@ def test_numba_equals_reference_larger(case):
         assert np.array_equal(bits(emulate_mma(a, b, c, **kw)), bits(emulate_mma(a, b, c, impl="reference", **kw)))
 
 
-# ---- hand-derived probes (hw_numerics.md 1.1, 4.2) -----------------------------------------------------------------
+# ---- hand-derived probes (docs/tensor_cores.md section 1) -----------------------------------------------------------------
 def one_dot(a, b, c, kind, hw="hopper-sm90", **kw):
     K = len(a)
     c = np.array([[c]], dtype=np.float16 if "f16acc" in kind else np.float32)

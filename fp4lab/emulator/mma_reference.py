@@ -3,7 +3,7 @@ numba kernels must reproduce. Pure Python floats: every product, scaled term and
 exact in float64 (inputs have at most 24 significant bits, sums stay below 2**53 units of the truncation
 quantum), so ``math.trunc``/``math.floor`` of a power-of-two-scaled value is an exact integer operation.
 
-Notation for one dot product of one instruction chunk (hw_numerics.md 1.1):
+Notation for one dot product of one instruction chunk (docs/tensor_cores.md, section 1):
 a value x is ``s * 2**e`` with ``1 <= |s| < 2``, or ``e = emin`` of its format and ``|s| < 1`` (subnormal);
 a product keeps the exponent ``ea + eb`` (not renormalised); zero terms take ``e_zero``.
 """

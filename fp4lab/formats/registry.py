@@ -7,15 +7,16 @@ from pathlib import Path
 
 from fp4lab.errors import InputError, SpecError, UnknownFormatError, did_you_mean
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.spec_io import load_model, one_line
+from fp4lab.formats.spec_io import builtin_names, load_model, one_line
 
-# Built-ins in display order; every name has a TOML file ``builtin/<name>.toml``.
-BUILTIN_NAMES: tuple[str, ...] = (
+# Display order of the headline built-ins; any other file in builtin/ follows, sorted by name.
+DISPLAY_FIRST: tuple[str, ...] = (
     "mxfp4", "nvfp4", "ufp4", "e2m1-b16-fp32", "int4-b32-e8m0", "int4-b16-fp32", "nf4-b64-fp32",
     "mxfp4-rceil", "mxfp4-ceil", "mxfp4-even", "nvfp4-torchao", "nvfp4-torchao-1level", "nvfp4-te", "nvfp4-4over6", "nvfp4-2d",
     "ufp4-e4m3", "ufp4-e8m0",
     "e2m1", "e1m2", "int4",
 )
+BUILTIN_NAMES: tuple[str, ...] = builtin_names("fp4lab.formats", DISPLAY_FIRST)
 
 _registry: dict[str, QuantFormat] = {}
 _builtins_loaded = False

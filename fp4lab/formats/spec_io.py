@@ -212,3 +212,13 @@ def smoke_check(fmt: Any, where: str) -> None:
     if not np.any(y != 0) and fmt.scale_rule.min_scale is None:  # a min_scale clamp may flush small data
         raise SpecError(f"{where}: every block of a test tensor spanning 2^-20 .. 2^20 quantizes to zero; check "
                         "the scale format, min_scale and targets")
+
+
+def builtin_names(package: str, display_first: tuple[str, ...]) -> tuple[str, ...]:
+    """Names of the built-in spec files ``<package>/builtin/*.toml`` (the files are the registry: adding one needs
+    no code): those in ``display_first`` in that order, then the rest sorted."""
+    from importlib import resources
+
+    found = {p.name.removesuffix(".toml") for p in (resources.files(package) / "builtin").iterdir()
+             if p.name.endswith(".toml")}
+    return tuple(n for n in display_first if n in found) + tuple(sorted(found - set(display_first)))

@@ -5,7 +5,7 @@ A spec is data (a TOML file under ``specs/``). Every numeric field is a :class:`
 ``source``. In TOML a bare number is allowed and takes the enclosing kind's (or spec's) ``provenance`` and
 ``source``; the loader expands it, so every number in the model carries both.
 
-The accumulation model family (docs/hardware_validation.md, reference hw_numerics.md section 1):
+The accumulation model family (docs/tensor_cores.md; what was checked: docs/hardware_validation.md):
 
 * ``t_fdpa``  truncated fused dot-product-add: K products (exact, not renormalised, exponent ea+eb) and C are
   aligned to the largest exponent, each truncated toward zero to ``frac_bits`` fraction bits below it, summed

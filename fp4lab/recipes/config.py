@@ -26,7 +26,7 @@ from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
-from fp4lab.formats.spec_io import load_model, model_to_toml
+from fp4lab.formats.spec_io import builtin_names, load_model, model_to_toml
 
 FP8_GEMM_DTYPES = ("fp8", "fp8-fast")
 
@@ -141,8 +141,9 @@ class Recipe(SpecModel):
         return self.format
 
 
-# Built-ins in display order; every name has a file ``builtin/<name>.toml``.
-BUILTIN_NAMES: tuple[str, ...] = ("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8")
+# Display order of the built-ins; any other file in builtin/ follows, sorted by name.
+BUILTIN_NAMES: tuple[str, ...] = builtin_names("fp4lab.recipes",
+                                               ("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8"))
 
 
 def load_recipe(path: str | Path) -> Recipe:
