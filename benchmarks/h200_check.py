@@ -21,7 +21,7 @@ import fp4lab
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.emulator.rht import rht_reference
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
-from fp4lab.kernels.gemm import gemm_reference
+from fp4lab.emulator.gemm_reference import gemm_reference
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

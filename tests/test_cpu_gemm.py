@@ -8,7 +8,7 @@ import torch
 
 import fp4lab
 from fp4lab.errors import InputError
-from fp4lab.kernels.gemm import gemm_reference
+from fp4lab.emulator.gemm_reference import gemm_reference
 from fp4lab.kernels.params import gemm_plan
 
 
@@ -128,3 +128,15 @@ def test_cpu_gemm_errors():
         fp4lab.gemm(qa, fp4lab.quantize(np.ascontiguousarray(b.T[:32]), "mxfp4", axis=0))
     with pytest.raises(InputError, match="expected a QuantizedTensor"):
         fp4lab.gemm(qa, b)
+
+
+def test_gemm_reference_needs_no_triton():
+    """The GEMM's numpy definition imports on a machine without triton."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['triton'] = None\n"
+            "from fp4lab.emulator.gemm_reference import gemm_reference\n"
+            "assert 'fp4lab.kernels.gemm' not in sys.modules\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-1500:]

@@ -16,7 +16,8 @@ from fp4lab.emulator.rht import rht_reference
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
-from fp4lab.kernels.gemm import gemm_plan, gemm_reference
+from fp4lab.emulator.gemm_reference import gemm_reference
+from fp4lab.kernels.gemm import gemm_plan
 from fp4lab.kernels.verify import Case, _bits, compare, kernel_fields, make_input, reference_fields
 
 ALL = fp4lab.list_formats()

@@ -379,7 +379,7 @@ def test_emulate_gemm_per_block_reproduces_exact_gemm_reference(name):
     """fp4lab's exact GEMM kernel, per-block path (fp4lab.kernels.gemm.gemm_reference defines its bits): each
     block's exact dot product, then acc + (P_b * Sa_b) * Sb_b in fp32, then the tensor scales."""
     import fp4lab
-    from fp4lab.kernels.gemm import gemm_reference
+    from fp4lab.emulator.gemm_reference import gemm_reference
 
     rng = np.random.default_rng(2)
     qa = fp4lab.quantize(rng.standard_normal((8, 256)).astype(np.float32), name)

@@ -9,7 +9,7 @@
 * per-block path (fp32/bf16 block scales, e.g. UFP4): for each block b in ascending K,
   ``P_b = tl.dot(values_a, values_b.T)`` over the block's K elements is exact (4-bit grid products on a common
   quantum, checked on the host), then ``acc = acc + (P_b * Sa_b) * Sb_b`` in fp32, one rounding per operation.
-  This path is fully defined by its fp32 operations, so ``gemm_reference`` reproduces it bit for bit.
+  This path is fully defined by its fp32 operations, so ``fp4lab.emulator.gemm_reference`` reproduces it bit for bit.
 
 Two-level formats: ``C = (acc * ts_a) * ts_b``. ``fast``: both operands dequantized to bf16 by the Triton
 kernel (without the tensor scales; exact for fold-path formats, RTNE-rounded otherwise), one cuBLAS bf16 GEMM
@@ -168,33 +168,3 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
                        SBIAS=sp.sbias, SNAN=sp.snan, TWO_LEVEL=sp.two_level, FOLD=plan == "fold", INTERP=interp,
                        **opts)
     return c
-
-
-def gemm_reference(qa, qb) -> np.ndarray:
-    """numpy definition of the per-block exact path: acc = acc + (P_b * Sa_b) * Sb_b over blocks b ascending, with
-    P_b the exact block dot product; then (acc * ts_a) * ts_b. Also equals the fold path whenever every partial
-    sum is exact in fp32."""
-    from fp4lab.emulator.ref_encode import decode_elements as decode_ref
-
-    fmt = qa.fmt
-    va = decode_ref(np.asarray(qa.codes), fmt.element).astype(np.float64)
-    vb = decode_ref(np.asarray(qb.codes), fmt.element).astype(np.float64)
-    M, K = va.shape
-    N = vb.shape[0]
-    scaled = fmt.scale_rule.method != "none"
-    bs = fmt.block.shape[-1] if scaled else K
-    tr = fmt.block.shape[0] if scaled and fmt.block.is_2d else 1
-    sa_all = np.repeat(np.asarray(qa.scales, np.float32), tr, axis=0) if scaled else None
-    sb_all = np.repeat(np.asarray(qb.scales, np.float32), tr, axis=0) if scaled else None
-    acc = np.zeros((M, N), np.float32)
-    for b in range(K // bs):
-        p = (va[:, b * bs:(b + 1) * bs] @ vb[:, b * bs:(b + 1) * bs].T).astype(np.float32)
-        if fmt.scale_rule.method == "none":
-            acc = (acc + p).astype(np.float32)
-            continue
-        sa = sa_all[:, b][:, None]
-        sb = sb_all[:, b][None, :]
-        acc = (acc + (p * sa).astype(np.float32) * sb).astype(np.float32)
-    if qa.tensor_scale is not None:
-        acc = ((acc * np.float32(qa.tensor_scale)).astype(np.float32) * np.float32(qb.tensor_scale)).astype(np.float32)
-    return acc
