@@ -45,6 +45,7 @@ import numpy as np
 
 import fp4lab
 from fp4lab import cli
+from fp4lab.cli.formats import grid_report
 from fp4lab.errors import Fp4labError
 
 F32 = np.float32
@@ -179,7 +180,7 @@ def use_format(fmt: Any) -> str:
         x = test_tensor(fmt)
         with np.errstate(all="ignore"):
             y = np.asarray(fp4lab.dequantize(fp4lab.quantize(x, fmt)))
-        cli.grid_report(fmt)  # what `fp4lab show` computes
+        grid_report(fmt)  # what `fp4lab show` computes
     except Exception as exc:  # noqa: BLE001
         raise Silent(f"validated, then failed when used: {type(exc).__name__}: {exc}") from None
     if not np.all(np.isfinite(y)):

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from fp4lab.analysis import cli
 from fp4lab.analysis.compare import CompareConfig, run_compare
+from fp4lab.cli import analysis as cli
 
 
 def _run_cli(argv):

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from fp4lab.analysis import cli, search
+from fp4lab.analysis import search
+from fp4lab.cli import analysis as cli
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 import fp4lab
 from fp4lab.cli import main
@@ -93,10 +94,14 @@ def test_console_script_entry_point_exists():
     assert eps and eps[0].value == "fp4lab.cli:main"
 
 
-def test_verify_mma_runs_the_published_h200_vectors(capsys):
-    code, out, _ = run(capsys, "verify", "--mma", "--device", "interpreter")
+def test_mma_verification_has_one_entry_point(capsys):
+    """The published H200 vectors are checked by ``hw verify``; ``verify`` (the Triton kernels) has no ``--mma``."""
+    code, out, _ = run(capsys, "hw", "verify", "--gpu", "off")
     assert code == 0
     assert out.count("5000/5000 bit-exact") == 6
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--mma"])
+    assert exc.value.code == 2
 
 
 def test_spec_validate_prints_the_accepted_grid(capsys, tmp_path):

@@ -298,12 +298,12 @@ def test_verify_compare_reports_first_mismatch():
 def test_verify_cli_interpreter(tmp_path, capsys):
     import argparse
 
-    from fp4lab.kernels.cli import register
+    from fp4lab.cli.verify import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["verify", "--device", "interpreter", "--formats", "mxfp4", "ufp4", "--elements",
-                              "1e4", "--json", str(tmp_path / "v.json")])
+                              "1e4", "--json-out", str(tmp_path / "v.json")])
     assert args.ops == ["quantize", "fakequant"]  # the default: both kernels
     assert args.func(args) == 0
     import json
@@ -319,9 +319,11 @@ def test_verify_cli_interpreter(tmp_path, capsys):
     assert "mxfp4 (fakequant)" in out and "ufp4 (fakequant)" in out
 
     args = parser.parse_args(["verify", "--device", "interpreter", "--formats", "nvfp4", "--ops", "fakequant",
-                              "--elements", "1", "--json", str(tmp_path / "f.json")])
+                              "--elements", "1", "--json", "--json-out", str(tmp_path / "f.json")])
     assert args.func(args) == 0
-    data = json.loads((tmp_path / "f.json").read_text())
+    printed = capsys.readouterr().out  # --json: the summary only, the same text as the file
+    assert printed == (tmp_path / "f.json").read_text()
+    data = json.loads(printed)
     assert [(r["format"], r["op"]) for r in data["rows"]] == [("nvfp4 (fakequant)", "fakequant")]
     assert data["mismatches"] == 0 and data["rows"][0]["cases"] >= 2
 

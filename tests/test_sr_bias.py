@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import fp4lab
-from fp4lab.analysis import cli, metrics
+from fp4lab.analysis import metrics
 from fp4lab.analysis.distributions import sample
 from fp4lab.analysis.sr_bias import block_amax, run_sr_bias, sr_width_bias
+from fp4lab.cli import analysis as cli
 from fp4lab.formats.registry import get_format
 
 FMT = "e2m1-b16-fp32"  # FP32 block scales: nothing clips, so the SR error is the width deficit plus noise alone

@@ -1,6 +1,6 @@
 """``fp4lab compare``, ``fp4lab search-grids``, ``fp4lab conformance`` and ``fp4lab sr-bias``: registered on the
 main parser by ``register(subparsers)``; each handler returns the process exit code. ``--json`` prints only JSON
-on stdout."""
+on stdout, ``--json-out`` also writes it to a file (``output``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import argparse
 import json
 import sys
 from typing import Any
+
+from .output import add_json_options, check_json_out, emit_json
 
 
 def _csv_ints(text: str) -> list[int]:
@@ -38,7 +40,13 @@ def _progress(total: int, enabled: bool, description: str):  # type: ignore[no-u
     if not enabled:
         return contextlib.nullcontext(), (lambda label: None)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     prog = Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[label]}", markup=False), console=Console(stderr=True),
@@ -65,6 +73,7 @@ def compare_main(args: argparse.Namespace) -> int:
         from fp4lab.analysis.outputs import check_output_file
 
         check_output_file(args.plot, ".png", args.overwrite, "compare --plot")
+    check_json_out(args, "compare")
     ctx, advance = _progress(n_cases(cfg), not args.json and sys.stderr.isatty(), "compare")
     with ctx:
         result = run_compare(cfg, progress=advance)
@@ -72,8 +81,7 @@ def compare_main(args: argparse.Namespace) -> int:
         from fp4lab.analysis.plot import plot_grids
 
         plot_grids(cfg.formats, args.plot, result)
-    if args.json:
-        print(json.dumps(result, indent=1))
+    if emit_json(args, result, indent=1):
         return 0
     _print_compare(result, args.plot)
     return 0
@@ -155,14 +163,14 @@ def search_main(args: argparse.Namespace) -> int:
         if sch not in SCHEMES:
             print(f"search-grids: unknown scheme '{sch}'; use {', '.join(SCHEMES)}", file=sys.stderr)
             return 2
+    check_json_out(args, "search-grids")
     x = post_rht_data(tuple(args.dist) if args.dist else post_rht_data.__defaults__[0], shape=args.shape,
                       rht=args.rht, seed=args.seed)
     steps = sum(4 if sch == "e8m0" else 1 for sch in schemes)
     ctx, advance = _progress(steps, not args.json and sys.stderr.isatty(), "search-grids")
     with ctx:
         result = run_search(x, lattice=args.lattice, schemes=schemes, progress=advance)
-    if args.json:
-        print(json.dumps(result, indent=1))
+    if emit_json(args, result, indent=1):
         return 0
     from rich import box
     from rich.console import Console
@@ -196,22 +204,25 @@ def search_main(args: argparse.Namespace) -> int:
 
 def conformance_main(args: argparse.Namespace) -> int:
     """Handler of ``fp4lab conformance``."""
-    from fp4lab.analysis.conformance import LIVE_CHECKS, write_vectors
+    from fp4lab.analysis.conformance import (
+        LIVE_CHECKS,
+        _check_out_dir,
+        _resolve_formats,
+        write_vectors,
+    )
     from fp4lab.formats.registry import BUILTIN_NAMES
-
-    from fp4lab.analysis.conformance import _check_out_dir, _resolve_formats
 
     formats = tuple(args.formats) if args.formats else BUILTIN_NAMES
     out = _check_out_dir(args.out, args.overwrite)  # refuse before any work
     _resolve_formats(formats)
+    check_json_out(args, "conformance")
     ctx, advance = _progress(len(formats) + len(LIVE_CHECKS), not args.json and sys.stderr.isatty(), "conformance")
     with ctx:
         index = write_vectors(out, formats, progress=advance, overwrite=args.overwrite)
     rows = json.loads((out / "library_agreement.json").read_text())
-    if args.json:
-        print(json.dumps({"out": str(out.resolve()), "formats": list(index["formats"]),
-                          "files": sorted(v["file"] for v in index["formats"].values()), "agreement": rows},
-                         indent=1))
+    summary = {"out": str(out.resolve()), "formats": list(index["formats"]),
+               "files": sorted(v["file"] for v in index["formats"].values()), "agreement": rows}
+    if emit_json(args, summary, indent=1):
         return 0
     from rich.console import Console
     from rich.markup import escape
@@ -246,12 +257,12 @@ def sr_bias_main(args: argparse.Namespace) -> int:
         print(f"sr-bias: --shape takes ROWSxCOLS, got {'x'.join(map(str, args.shape))}", file=sys.stderr)
         return 2
     rows, cols = args.shape
+    check_json_out(args, "sr-bias")
     ctx, advance = _progress(len(formats) * len(dists), not args.json and sys.stderr.isatty(), "sr-bias")
     with ctx:
         result = run_sr_bias(formats, args.widths, dists, rows, cols, args.seeds, rht=args.rht or None,
                              rht_seed=args.rht_seed, data_seed=args.data_seed, progress=advance)
-    if args.json:
-        print(json.dumps(result, indent=1))
+    if emit_json(args, result, indent=1):
         return 0
     from rich import box
     from rich.console import Console
@@ -286,7 +297,13 @@ def sr_bias_main(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the analysis subcommands to an ``argparse`` subparsers object."""
-    from fp4lab.analysis.compare import BACKENDS, DEFAULT_FORMATS, DEFAULT_RHT, DEFAULT_SHAPE, REFERENCE_MAX_ELEMENTS
+    from fp4lab.analysis.compare import (
+        BACKENDS,
+        DEFAULT_FORMATS,
+        DEFAULT_RHT,
+        DEFAULT_SHAPE,
+        REFERENCE_MAX_ELEMENTS,
+    )
     from fp4lab.analysis.distributions import DEFAULT_DISTRIBUTIONS
 
     p = subparsers.add_parser(
@@ -309,7 +326,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="numpy reference or numba emulator (same bits; default auto: the reference up to "
                         f"{REFERENCE_MAX_ELEMENTS:,} quantized elements per run, which compiles nothing)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    add_json_options(p)
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of each grid's levels, bins and bias to exactly "
                    "this path (must end in .png; an existing file needs --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
@@ -326,7 +343,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shape", type=_shape, default=(64, 1024), help="per-distribution shape (default 64x1024)")
     p.add_argument("--rht", type=int, default=16, help="RHT size applied to the data (default 16)")
     p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    add_json_options(p)
     p.set_defaults(func=search_main)
 
     p = subparsers.add_parser(
@@ -340,7 +357,7 @@ def register(subparsers: Any) -> None:
                    help="replace the conformance files of an earlier run in DIR (others are kept)")
     p.add_argument("formats", nargs="*", metavar="FORMAT",
                    help="built-in formats or spec files (default: every built-in)")
-    p.add_argument("--json", action="store_true", help="print a JSON summary only")
+    add_json_options(p, "print a JSON summary only")
     p.set_defaults(func=conformance_main)
 
     p = subparsers.add_parser(
@@ -360,5 +377,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rht", type=int, default=None, help="RHT size applied before quantizing (default: none)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
     p.add_argument("--data-seed", type=int, default=0, help="input generator seed (default 0)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON only")
+    add_json_options(p)
     p.set_defaults(func=sr_bias_main)

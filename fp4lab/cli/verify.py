@@ -1,12 +1,14 @@
-"""``fp4lab verify``: registered by the main CLI through ``register(subparsers)``; imports nothing heavy."""
+"""``fp4lab verify``: the Triton kernels against the numpy reference, bit for bit (the tensor-core model is
+checked by ``fp4lab hw verify``). Imports nothing heavy at module level."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+
+from .output import add_json_options, check_json_out, emit_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Quantize random and adversarial tensors with the Triton kernels and the numpy reference "
         "(every format, rtne and sr, RHT off and 16) and compare codes, scales, tensor scale and dequantized "
         "values bit for bit; fake-quantize 2-D tensors with the fused kernel along K and M (SR widths 24/16/8, "
-        "bf16 and fp32 outputs) and compare both outputs and tensor scales. Exit code 1 on any mismatch.")
+        "bf16 and fp32 outputs) and compare both outputs and tensor scales. Exit code 1 on any mismatch. "
+        "The tensor-core (MMA) model is checked by fp4lab hw verify.")
     p.add_argument("--formats", nargs="+", default=None, help="format names or spec files (default: all registered)")
     p.add_argument("--elements", type=float, default=2e5, help="total elements over all cases (default 2e5)")
     p.add_argument("--device", choices=("cuda", "interpreter"), default=None,
@@ -24,17 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="kernels to verify (default both; with both, fakequant gets about a quarter of the elements)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, help="processes (cuda only), each with its own context")
-    p.add_argument("--json", default=None, help="also write the summary as JSON to this path")
-    p.add_argument("--mma", action="store_true",
-                   help="instead verify the tensor-core model: published H200 vectors, and the tl.dot probe on a GPU")
+    add_json_options(p, "print the summary as JSON only")
     p.set_defaults(func=handler)
 
 
 def handler(args: argparse.Namespace) -> int:
-    if args.mma:
-        from fp4lab.hwspec.cli import verify_mma
-
-        return verify_mma(args)
+    """Handler of ``fp4lab verify``."""
+    check_json_out(args, "verify")
     device = args.device
     if device is None:
         device = "interpreter" if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else "cuda"
@@ -50,7 +49,7 @@ def handler(args: argparse.Namespace) -> int:
     from fp4lab.formats.registry import get_format, list_formats
     from fp4lab.kernels.verify import plan_cases, run_cases, summarize
 
-    console = Console()
+    console = Console(stderr=True) if args.json else Console()  # --json: stdout holds the JSON only
     if device == "cuda":
         import torch
 
@@ -67,7 +66,7 @@ def handler(args: argparse.Namespace) -> int:
                        interpreter=device == "interpreter")
     t0 = time.time()
     outcomes = run_cases(cases, "cuda" if device == "cuda" else "cpu",
-                         workers=args.workers if device == "cuda" else 1, progress=True)
+                         workers=args.workers if device == "cuda" else 1, progress=not args.json)
     rows, first = summarize(outcomes)
     table = Table(title=f"fp4lab verify ({device}, {time.time() - t0:.1f} s)")
     for col in ("format", "cases", "elements", "failed_cases", "mismatches"):
@@ -79,13 +78,11 @@ def handler(args: argparse.Namespace) -> int:
     total = sum(r["elements"] for r in rows)
     bad = sum(r["mismatches"] for r in rows)
     table.add_row("total", str(len(outcomes)), str(total), str(sum(r["failed_cases"] for r in rows)), str(bad))
+    summary = {"device": device, "rows": rows, "elements": total, "mismatches": bad, "seconds": time.time() - t0,
+               "first": None if first is None else {"case": first.case.label(), **first.detail}}
+    if emit_json(args, summary, default=str):
+        return 1 if first is not None else 0
     console.print(table)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": device, "rows": rows, "elements": total, "mismatches": bad,
-                       "seconds": time.time() - t0,
-                       "first": None if first is None else {"case": first.case.label(), **first.detail}},
-                      fh, indent=2, default=str)
     if first is not None:
         console.print(f"first mismatch: case {first.case.label()}", style="red")
         for k, v in first.detail.get("first", {}).items():

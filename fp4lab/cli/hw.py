@@ -1,16 +1,17 @@
-"""``fp4lab hw list``, ``fp4lab hw show NAME [--format FMT]``, ``fp4lab hw verify`` (and ``verify_mma(args)`` for
-the top-level ``fp4lab verify --mma``). Handlers return the exit code; errors propagate to fp4lab.cli.main."""
+"""``fp4lab hw list``, ``fp4lab hw show NAME [--format FMT]`` and ``fp4lab hw verify`` (the one MMA-model check).
+Handlers return the exit code; errors propagate to ``fp4lab.cli.main``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .registry import get_hw, list_hw, spec_to_dict
-from .schema import HWSpec, MMAKind
-from ..errors import Fp4labError
+from fp4lab.errors import Fp4labError
+
+from .output import add_json_options, check_json_out, emit_json
+
+if TYPE_CHECKING:
+    from fp4lab.hwspec.schema import HWSpec, MMAKind
 
 _SCALE_ALIASES = {"e8m0": "ue8m0"}  # the format registry's E8M0 is the hardware's UE8M0 (no sign, no zero)
 
@@ -40,9 +41,8 @@ def kind_row(k: MMAKind) -> dict[str, Any]:
 
 def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
     """Which kind would run a registry format on this hardware, natively or after dequantization, and its peak."""
-    from ..formats import get_format
-
-    from .native import find_native
+    from fp4lab.formats import get_format
+    from fp4lab.hwspec.native import find_native
 
     f = get_format(fmt_name)
     el = f.element.name
@@ -69,18 +69,20 @@ def _peak(k: MMAKind) -> dict[str, Any] | None:
 
 
 def cmd_hw_list(args: argparse.Namespace) -> int:
+    from fp4lab.hwspec.registry import get_hw, list_hw
+
+    check_json_out(args, "hw list")
     rows = []
     for n in list_hw():
         s = get_hw(n)
         rows.append({"name": s.name, "vendor": s.vendor, "arch": s.arch, "kinds": len(s.kinds),
                      "provenance": s.provenance, "fields_by_provenance": s.provenance_counts(),
                      "description": s.description})
-    if args.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    if emit_json(args, rows):
         return 0
     from rich.text import Text
 
-    from ..tables import compact_table, console, fit
+    from fp4lab.tables import compact_table, console, fit
 
     t = compact_table("hardware specs (fp4lab hw show NAME)", [("name", "text"), ("vendor", "key"), ("arch", "key"),
                                                               ("kinds", "num"), ("numeric fields by provenance",
@@ -97,17 +99,19 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_show(args: argparse.Namespace) -> int:
+    from fp4lab.hwspec.registry import get_hw, spec_to_dict
+
+    check_json_out(args, "hw show")
     spec = get_hw(args.name)
     cost = format_cost(spec, args.format) if args.format else None
-    if args.json:
-        out = {"spec": spec_to_dict(spec), "kinds": [kind_row(k) for k in spec.kinds.values()]}
-        if cost:
-            out["format_cost"] = cost
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    out = {"spec": spec_to_dict(spec), "kinds": [kind_row(k) for k in spec.kinds.values()]}
+    if cost:
+        out["format_cost"] = cost
+    if emit_json(args, out):
         return 0
     from rich.text import Text
 
-    from ..tables import compact_table, console, fit
+    from fp4lab.tables import compact_table, console, fit
 
     con = console()
     inherits = f", inherits {spec.inherits}" if spec.inherits else ""
@@ -155,19 +159,16 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_mma(args: argparse.Namespace) -> int:
-    """Published H200 vectors through the hopper-sm90 model (CPU); with a CUDA GPU also the tl.dot probe.
+def cmd_hw_verify(args: argparse.Namespace) -> int:
+    """Published H200 vectors through the hopper-sm90 model (CPU); with a CUDA GPU (``--gpu`` auto/on) also the
+    tl.dot probe. Exit code 1 on any mismatch."""
+    from fp4lab.hwspec.vectors import check_published_vectors
 
-    Reads ``args.gpu`` (auto/on/off; or ``args.device`` cuda/interpreter as the top-level ``verify`` has it),
-    ``args.n``, ``args.k`` and ``args.json`` (True: JSON to stdout; a path: also write the JSON there)."""
-    from .vectors import check_published_vectors
-
+    check_json_out(args, "hw verify")
     res = check_published_vectors()
     ok = all(r["bit_exact"] == r["rows"] for r in res)
     report: dict[str, Any] = {"published_vectors": res}
-    device = getattr(args, "device", None)
-    gpu = getattr(args, "gpu", None) or {"cuda": "on", "interpreter": "off"}.get(device or "", "auto")
-    if gpu != "off":
+    if args.gpu != "off":
         import importlib.util
 
         cuda = False
@@ -176,20 +177,14 @@ def verify_mma(args: argparse.Namespace) -> int:
 
             cuda = torch.cuda.is_available()
         if cuda:
-            from .gpu_probe import run_probe
+            from fp4lab.hwspec.gpu_probe import run_probe
 
-            probe = run_probe(n=getattr(args, "n", 512), k=getattr(args, "k", 128))
+            probe = run_probe(n=args.n, k=args.k)
             report["gpu_probe"] = probe
             ok &= all(r.get("mismatches", 1) == 0 for r in probe["results"])
-        elif gpu == "on":
-            raise Fp4labError("verify --mma --gpu on: no CUDA GPU available")
-    out = getattr(args, "json", None)
-    if isinstance(out, str):
-        with open(out, "w") as f:
-            json.dump(report, f, indent=2)
-    if out is True:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
+        elif args.gpu == "on":
+            raise Fp4labError("hw verify --gpu on: no CUDA GPU available")
+    if not emit_json(args, report):
         for r in res:
             print(f"{r['vectors']:<28} {r['kind']:<22} {r['bit_exact']}/{r['rows']} bit-exact")
         for r in report.get("gpu_probe", {}).get("results", []):
@@ -202,26 +197,21 @@ def verify_mma(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def add_verify_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of the MMA verification (shared by ``hw verify`` and the top-level ``verify --mma``)."""
-    p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="also run the tl.dot probe on CUDA")
-    p.add_argument("--n", type=int, default=512, help="GPU probe: M = N (multiple of 64)")
-    p.add_argument("--k", type=int, default=128, help="GPU probe: K")
-    p.add_argument("--json", action="store_true")
-
-
 def register(subparsers: Any) -> None:
     """Add ``hw list|show|verify`` to the fp4lab command."""
     p = subparsers.add_parser("hw", help="accelerator specs: MMA models, native formats, peak rates")
     sub = p.add_subparsers(dest="hw_command", required=True, metavar="ACTION")
     q = sub.add_parser("list", help="list hardware specs")
-    q.add_argument("--json", action="store_true")
+    add_json_options(q, None)
     q.set_defaults(func=cmd_hw_list)
     q = sub.add_parser("show", help="kinds, model parameters with provenance, native combinations, peak rates")
     q.add_argument("name", help="spec name or path to a .toml spec")
     q.add_argument("--format", default=None, help="registry format: which kind runs it here and at what peak")
-    q.add_argument("--json", action="store_true")
+    add_json_options(q, None)
     q.set_defaults(func=cmd_hw_show)
     q = sub.add_parser("verify", help="check the MMA models: published H200 vectors, and tl.dot on a CUDA GPU")
-    add_verify_arguments(q)
-    q.set_defaults(func=verify_mma)
+    q.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="also run the tl.dot probe on CUDA")
+    q.add_argument("--n", type=int, default=512, help="GPU probe: M = N (multiple of 64)")
+    q.add_argument("--k", type=int, default=128, help="GPU probe: K")
+    add_json_options(q, None)
+    q.set_defaults(func=cmd_hw_verify)

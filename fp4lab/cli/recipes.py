@@ -1,4 +1,4 @@
-"""``fp4lab recipes [show NAME_OR_PATH]``: registered by the main CLI through ``register(subparsers)``.
+"""``fp4lab recipes [show NAME_OR_PATH]``: registered on the main parser by ``register(subparsers)``.
 
 Imports nothing heavy at module level; the handlers import the recipe registry when they run.
 """
@@ -6,9 +6,9 @@ Imports nothing heavy at module level; the handlers import the recipe registry w
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import TYPE_CHECKING, Any
+
+from .output import add_json_options, check_json_out, emit_json
 
 if TYPE_CHECKING:
     from fp4lab.recipes.config import Recipe
@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("recipes", help="list the built-in training recipes",
                               description="The built-in training recipes (docs/recipes.md), or one recipe in full.")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_options(p, "print JSON instead of a table")
     p.set_defaults(func=cmd_recipes)
     sub = p.add_subparsers(metavar="ACTION")
     s = sub.add_parser("show", help="every field of one recipe")
     s.add_argument("name", help="built-in recipe name or recipe file path (.toml/.json)")
-    s.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    add_json_options(s, "print JSON", suppress=True)
     s.set_defaults(func=cmd_show)
 
 
@@ -32,16 +32,12 @@ def recipe_summary(recipe: Recipe) -> dict[str, Any]:
             "operand_formats": {op: recipe.format_of(op) for op in ("x", "w", "dy")}}
 
 
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-
-
 def cmd_recipes(args: argparse.Namespace) -> int:
     from fp4lab.recipes.config import BUILTIN_RECIPES, list_recipes
 
+    check_json_out(args, "recipes")
     rows = [recipe_summary(BUILTIN_RECIPES[n]) for n in list_recipes()]
-    if args.json:
-        _print_json(rows)
+    if emit_json(args, rows):
         return 0
     from rich import box
     from rich.console import Console
@@ -73,9 +69,9 @@ def _cell(value: Any) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     from fp4lab.recipes.config import get_recipe
 
+    check_json_out(args, "recipes show")
     rep = recipe_summary(get_recipe(args.name))
-    if args.json:
-        _print_json(rep)
+    if emit_json(args, rep):
         return 0
     from rich.console import Console
     from rich.table import Table

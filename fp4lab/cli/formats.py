@@ -1,32 +1,22 @@
-"""The ``fp4lab`` command line.
-
-Core subcommands live here (``formats``, ``show``, ``spec validate``, ``schema``); feature packages add theirs
-through a ``register(subparsers)`` function in their own ``cli`` module (analysis, hwspec, kernels).
-Every handler returns the process exit code; errors print one line to stderr and exit with 2.
-"""
+"""``fp4lab formats``, ``fp4lab show``, ``fp4lab spec validate`` and ``fp4lab schema``: the format registry and
+spec files. Each handler returns the process exit code."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
-from typing import Any, Callable
+from typing import Any
 
-from fp4lab.errors import Fp4labError, did_you_mean
+from fp4lab.errors import Fp4labError
 
-PLUGIN_MODULES = ("fp4lab.analysis.cli", "fp4lab.hwspec.cli", "fp4lab.kernels.cli", "fp4lab.recipes.cli")
+from .output import add_json_options, check_json_out, emit_json
 
 
 def _console() -> Any:
     from rich.console import Console
 
     return Console(highlight=False)  # rich's highlighter is quadratic in the length of a word
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def format_summary(name: str) -> dict[str, Any]:
@@ -52,9 +42,9 @@ def format_summary(name: str) -> dict[str, Any]:
 def cmd_formats(args: argparse.Namespace) -> int:
     from fp4lab.formats import list_formats
 
+    check_json_out(args, "formats")
     rows = [format_summary(n) for n in list_formats()]
-    if args.json:
-        _print_json(rows)
+    if emit_json(args, rows):
         return 0
     from rich.text import Text
 
@@ -97,9 +87,9 @@ def grid_report(name: str) -> dict[str, Any]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    check_json_out(args, "show")
     rep = grid_report(args.name)
-    if args.json:
-        _print_json(rep)
+    if emit_json(args, rep):
         return 0
     from rich.table import Table
     from rich.text import Text
@@ -224,45 +214,22 @@ def cmd_schema(args: argparse.Namespace) -> int:
         from fp4lab.hwspec.schema import file_schema
 
         schema = file_schema()
-    _print_json(schema)
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
     return 0
 
 
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that reports unknown options with the usage of the subcommand they were given to
-    (argparse hands a subcommand's leftovers up to the top-level parser, whose usage says nothing about them)."""
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        ns, extras = super().parse_known_args(args, namespace)
-        if extras and not hasattr(ns, "_extras_parser"):  # the innermost parser that saw them sets it first
-            ns._extras_parser = self
-        return ns, extras
-
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        ns, extras = self.parse_known_args(args, namespace)
-        if extras:
-            owner = getattr(ns, "_extras_parser", self)
-            hints = [did_you_mean(e.split("=")[0], owner._option_string_actions) for e in extras if e.startswith("-")]
-            hint = " ".join(h for h in hints if h)
-            owner.error(f"unrecognized arguments: {' '.join(extras)}{' (' + hint + ')' if hint else ''}")
-        return ns
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="fp4lab", description="Design 4-bit number formats and emulate the "
-                    "hardware that runs them, bit for bit.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("formats", help="list the format registry")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def register(subparsers: Any) -> None:
+    """Add ``formats``, ``show``, ``spec validate`` and ``schema`` to an ``argparse`` subparsers object."""
+    p = subparsers.add_parser("formats", help="list the format registry")
+    add_json_options(p, "print JSON instead of a table")
     p.set_defaults(func=cmd_formats)
 
-    p = sub.add_parser("show", help="levels, codes, rounding bins and shrinkage bias of one format")
+    p = subparsers.add_parser("show", help="levels, codes, rounding bins and shrinkage bias of one format")
     p.add_argument("name", help="registered format name or spec file path")
-    p.add_argument("--json", action="store_true")
+    add_json_options(p, None)
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("spec", help="spec-file tools")
+    p = subparsers.add_parser("spec", help="spec-file tools")
     spec_sub = p.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
     v = spec_sub.add_parser("validate", help="validate format spec files (TOML or JSON); checks every file")
     v.add_argument("files", nargs="+")
@@ -270,37 +237,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the files are: format specs (default) or hwspec files")
     v.set_defaults(func=cmd_spec_validate)
 
-    p = sub.add_parser("schema", help="JSON schema of spec files (for editors)")
+    p = subparsers.add_parser("schema", help="JSON schema of spec files (for editors)")
     p.add_argument("--kind", choices=("format", "hwspec"), default="format")
     p.set_defaults(func=cmd_schema)
-
-    for mod_name in PLUGIN_MODULES:
-        if importlib.util.find_spec(mod_name) is not None:
-            register: Callable[[Any], None] = importlib.import_module(mod_name).register
-            register(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # stdout closed early (e.g. piped into head): nothing left to say
-        return 1
-    except (Fp4labError, ValueError, OSError) as exc:
-        from fp4lab.formats.spec_io import one_line
-
-        name = getattr(exc, "filename", None)  # an OSError from deep inside: say which file
-        text = f"{exc.strerror}: {name}" if isinstance(exc, OSError) and name and exc.strerror else str(exc)
-        print(f"error: {one_line(text, 2000)}", file=sys.stderr)
-        return 2
-    except (RecursionError, MemoryError) as exc:
-        print(f"error: {type(exc).__name__}: the input is too deeply nested or too large", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
