@@ -1,7 +1,7 @@
 """Constant tables the numba emulator needs, derived from a ``QuantFormat`` (no format is special-cased by name).
 
 Everything is computed from the same model properties the numpy reference reads (``levels``,
-``level_codes_pos/neg``, ``thresholds(mode)``, scale ``decode``, ``_special_code``), and packed into a few typed
+``level_codes_pos/neg``, ``thresholds(mode)``, scale ``decode``, ``special_scale_code``), and packed into a few typed
 arrays so that every njit kernel has exactly one compiled signature:
 
 * ``ip``  int64 parameters (indices ``P_*``), ``fp`` float32 parameters (indices ``F_*``, then two per target);
@@ -28,7 +28,7 @@ import numpy as np
 
 from fp4lab.emulator.ref_encode import nan_element_code
 from fp4lab.emulator.range_policy import multiplier_floor, range_clamp_scale
-from fp4lab.emulator.ref_quantize import _special_code
+from fp4lab.emulator.ref_encode import special_scale_code
 from fp4lab.formats.quant_format import QuantFormat
 
 F32 = np.float32
@@ -169,10 +169,10 @@ def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
     ip[P_SOVF] = int(rule.scale_overflow == "nan")
     ip[P_ZERO_POLICY] = int(rule.zero_block != "as_computed")
     if rule.zero_block != "as_computed":  # the reference asks for it on every call: same errors
-        ip[P_CODE_ZERO] = _special_code(sfmt, rule.zero_block)
-    ip[P_CODE_INF] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+        ip[P_CODE_ZERO] = special_scale_code(sfmt, rule.zero_block)
+    ip[P_CODE_INF] = special_scale_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
     if rule.nan_policy == "propagate":
-        ip[P_CODE_NAN] = _special_code(sfmt, "nan")
+        ip[P_CODE_NAN] = special_scale_code(sfmt, "nan")
     if rule.method == "even":
         ip[P_EVEN_ADD] = 1 << (22 - fmt.element.mantissa_bits)
     ip[P_EMAX_ELEM] = fmt.emax_elem

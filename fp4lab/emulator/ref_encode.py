@@ -121,6 +121,17 @@ def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str, overflow: 
     return codes
 
 
+def special_scale_code(sfmt: ScaleFormat, which: str) -> int:
+    """Scale code of ``sfmt`` for 'one', 'min' (smallest positive), 'zero', 'max' or 'nan' (RTNE encoding of
+    the value; for power-of-two scales the code directly)."""
+    if sfmt.kind == "pow2":
+        return {"one": sfmt.exponent_bias, "min": 0, "max": sfmt.pow2_nan_code - 1, "nan": sfmt.pow2_nan_code}[which]
+    if which == "nan":
+        return int(encode_scale(np.array([np.nan], np.float32), sfmt, "rtne")[0])
+    value = {"one": 1.0, "zero": 0.0, "min": sfmt.min_positive, "max": sfmt.max}[which]
+    return int(encode_scale(np.array([value], np.float32), sfmt, "rtne")[0])
+
+
 def pow2_exponent(v: np.ndarray, rounding: str) -> np.ndarray:
     """Integer exponent k of the power of two ``v`` rounds to (floor / ceil / rtne in the linear domain, ties to
     the even exponent). Exact for every float32 (computed from float64 frexp). Zero gives a very small k."""

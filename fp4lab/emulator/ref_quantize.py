@@ -25,10 +25,11 @@ import numpy as np
 
 from fp4lab.emulator.blocks import BlockView
 from fp4lab.emulator.range_policy import clamp_tensor_scale, decoded_caps, multiplier_floor
-from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale, f32_bits
+from fp4lab.emulator.ref_encode import (
+    decode_elements, encode_elements, encode_scale, f32_bits, special_scale_code,
+)
 from fp4lab.formats.grids import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.scales import ScaleFormat
 from fp4lab.quantized import QuantizedTensor
 from fp4lab.errors import InputError
 
@@ -62,21 +63,11 @@ def tensor_scales(x: np.ndarray, fmt: QuantFormat) -> tuple[np.float32 | None, n
     return (clamp_tensor_scale(ts, fmt) if (ts > 0 and np.isfinite(ts)) else F32(1.0)), None
 
 
-def _special_code(sfmt: ScaleFormat, which: str) -> int:
-    """Scale code for 'one', 'min', 'zero', 'max' or 'nan'."""
-    if sfmt.kind == "pow2":
-        return {"one": sfmt.exponent_bias, "min": 0, "max": sfmt.pow2_nan_code - 1, "nan": sfmt.pow2_nan_code}[which]
-    if which == "nan":
-        return int(encode_scale(np.array([np.nan], F32), sfmt, "rtne")[0])
-    value = {"one": 1.0, "zero": 0.0, "min": sfmt.min_positive, "max": sfmt.max}[which]
-    return int(encode_scale(np.array([value], F32), sfmt, "rtne")[0])
-
-
 def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.float32 | None,
                       g: np.float32 | None = None) -> np.ndarray:
     """Scale codes for finite float32 block amaxes under ``fmt.scale_rule`` (policies not yet applied)."""
     rule, sfmt = fmt.scale_rule, fmt.scale
-    if rule.method in ("floor", "ceil", "even"):
+    if rule.ocp_exponent:
         bits = f32_bits(amax).astype(np.int64)
         if rule.method == "even":  # round amax to the element mantissa width first (torchao EVEN)
             bits = (bits + (1 << (22 - fmt.element.mantissa_bits))) & 0x7F800000
@@ -135,11 +126,11 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
             S0 = sfmt.decode(scodes)
             scodes[(amax > 0) & (S0 > 0) & (S0 < floor[1])] = floor[0]
         if rule.zero_block != "as_computed":
-            scodes[zero] = _special_code(sfmt, rule.zero_block)
+            scodes[zero] = special_scale_code(sfmt, rule.zero_block)
         if has_inf.any():
-            scodes[has_inf] = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+            scodes[has_inf] = special_scale_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
         if has_nan.any():
-            scodes[has_nan] = _special_code(sfmt, "nan")
+            scodes[has_nan] = special_scale_code(sfmt, "nan")
         S = sfmt.decode(scodes)
         t = scale_elements(xb, S, ts, fmt)
         if ts is None or ts == 1:  # elements that would decode to +-Inf take the largest finite level

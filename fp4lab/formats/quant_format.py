@@ -111,7 +111,7 @@ class QuantFormat(SpecModel):
             raise ValueError(f"format '{self.name}': scale_rule.method '{rule.method}' needs both 'block' and 'scale'")
         if not scaled and (self.block is not None or self.tensor_scale != "none"):
             raise ValueError(f"format '{self.name}': a block layout or tensor scale needs a scale_rule method")
-        if rule.method in ("floor", "ceil", "even") and self.scale is not None and self.scale.kind != "pow2":
+        if rule.ocp_exponent and self.scale is not None and self.scale.kind != "pow2":
             raise ValueError(
                 f"format '{self.name}': scale_rule.method '{rule.method}' is an exponent rule and needs a pow2 "
                 f"scale (e8m0), not '{self.scale.kind}'"

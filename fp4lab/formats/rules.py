@@ -31,9 +31,11 @@ F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126
 F32_MAX = float(np.finfo(np.float32).max)
 
 
+OCP_METHODS: tuple[str, ...] = ("floor", "ceil", "even")  # shared-exponent rules of the OCP MX specification
+
+
 class ScaleRule(SpecModel):
     """How block scales are computed and applied, including every edge-case policy."""
-
 
     method: Literal["none", "amax", "rceil", "floor", "ceil", "even"] = "amax"
     targets: list[Annotated[float, Field(allow_inf_nan=False)]] | None = Field(
@@ -88,6 +90,12 @@ class ScaleRule(SpecModel):
         description="pow2 scales, amax/rceil methods: an ideal scale that rounds above the largest exponent (or is "
         "Inf) takes the largest scale (saturate) or the NaN code (nan: torch and ml_dtypes float8_e8m0fnu casts).",
     )
+
+    @property
+    def ocp_exponent(self) -> bool:
+        """Whether the block scale is an OCP MX shared exponent (``method`` floor, ceil or even): a power of two
+        from the block amax's exponent, not amax / target rounded into the scale format."""
+        return self.method in OCP_METHODS
 
     @model_validator(mode="after")
     def _validate(self) -> "ScaleRule":

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fp4lab.formats.quant_format import NAMED_GRIDS, NAMED_SCALES, QuantFormat
-from fp4lab.formats.rules import MAX_BLOCK_EXTENT
+from fp4lab.formats.rules import MAX_BLOCK_EXTENT, OCP_METHODS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -50,7 +50,7 @@ def _cross_field_rules() -> list[dict[str, Any]]:
                             {"not": {"required": ["tensor_scale"], "properties": {"tensor_scale": {"const": "amax"}}}}]},
          "description": "A scaling scale_rule needs a block and a scale; without one there is no block and no "
                         "tensor scale."},
-        {"if": method_in("floor", "ceil", "even"), "then": {"properties": {"scale": pow2}},
+        {"if": method_in(*OCP_METHODS), "then": {"properties": {"scale": pow2}},
          "description": "Exponent rules (floor, ceil, even) need a pow2 scale (e8m0)."},
         {"if": method_in("even"), "then": {"properties": {"element": float_grid}},
          "description": "Method 'even' rounds amax to the element's mantissa width: it needs a float element grid."},
@@ -61,7 +61,7 @@ def _cross_field_rules() -> list[dict[str, Any]]:
          "then": {"properties": {"scale_rule": {"required": ["targets"], "properties": {"targets": {"minItems": 2}}}}},
          "description": "select_by other than 'sse' chooses among targets: give two or more."},
         {"if": {"anyOf": [rule_field_not("scale_overflow", "saturate"), rule_field_not("scale_arithmetic", "decode")]},
-         "then": {"not": method_in("floor", "ceil", "even", "none")},
+         "then": {"not": method_in(*OCP_METHODS, "none")},
          "description": "scale_overflow 'nan' and scale_arithmetic 'encode' apply to the amax/rceil methods."},
         {"if": rule_field_not("scale_overflow", "saturate"), "then": {"properties": {"scale": pow2}},
          "description": "scale_overflow 'nan' needs a pow2 scale (e8m0)."},

@@ -273,12 +273,12 @@ class ScaleParams:
 
 
 def _scale_params(fmt: QuantFormat) -> ScaleParams:
-    from fp4lab.emulator.ref_quantize import _special_code
+    from fp4lab.emulator.ref_encode import special_scale_code
 
     rule, sfmt = fmt.scale_rule, fmt.scale
     if rule.method == "none":
         return ScaleParams(method=0)
-    p = ScaleParams(method=2 if rule.method in ("floor", "ceil", "even") else 1)
+    p = ScaleParams(method=2 if rule.ocp_exponent else 1)
     p.skind = {"pow2": 0, "float": 1, "fp32": 2, "bf16": 3}[sfmt.kind]
     p.sbias = sfmt.exponent_bias if sfmt.kind in ("pow2", "float") else 0
     if p.method == 2:
@@ -333,9 +333,9 @@ def _scale_params(fmt: QuantFormat) -> ScaleParams:
             p.skind = 1
             p.snan = int(sfmt.grid.nan_code or 0)
     if rule.zero_block != "as_computed":
-        p.zero_code = _special_code(sfmt, rule.zero_block)
-    p.inf_code = _special_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
-    p.nan_code = _special_code(sfmt, "nan")
+        p.zero_code = special_scale_code(sfmt, rule.zero_block)
+    p.inf_code = special_scale_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
+    p.nan_code = special_scale_code(sfmt, "nan")
     p.nan_prop = rule.nan_policy == "propagate"
     p.ediv = rule.element_scaling == "divide"
     p.encode = rule.scale_arithmetic == "encode"
