@@ -2,7 +2,7 @@
 step, F = 25, RZ, 256 chained steps per output) through the numba kernels, against two slower implementations
 of the same model in the same run, each checked bit for bit against the numba result on what it computed:
 
-* pure Python: the scalar reference fp4lab.emulator.mma_reference (loops over outputs and products, Python
+* pure Python: the scalar reference fp4lab.hwspec.mma_reference (loops over outputs and products, Python
   floats), timed on a few outputs and extrapolated linearly to the full GEMM (stated as such in the output);
 * numpy-vectorised in the style of MMA-Sim (whole [rows, N, 16] chunks as float64 tensor ops per fused step),
   timed on a block of rows and extrapolated.
@@ -64,7 +64,7 @@ def main() -> None:
 
     import numba
 
-    from fp4lab.emulator.mma import Prepared, emulate_mma, finish, resolve_kind
+    from fp4lab.hwspec.mma import Prepared, emulate_mma, finish, resolve_kind
 
     rng = np.random.default_rng(0)
     M, N, K = args.m, args.n, args.k

@@ -88,7 +88,7 @@ def _tensor_scales(acc: np.ndarray, qa: QuantizedTensor, qb: QuantizedTensor, fi
 
 def gemm_exact_cpu(qa: QuantizedTensor, qb: QuantizedTensor) -> np.ndarray:
     """The GPU exact GEMM kernel's float32 [M, N] bits for host operands (see the module docstring)."""
-    from fp4lab.emulator.mma import emulate_gemm, finish, resolve_kind
+    from fp4lab.hwspec.mma import emulate_gemm, finish, resolve_kind
     from fp4lab.kernels.params import gemm_plan
 
     fmt = qa.fmt

@@ -65,6 +65,11 @@ AGREEMENT = {  # file text -> accepted by the loader (the schema must say the sa
     "frac_bits 51": (HEAD + KIND.replace("frac_bits = 24", "frac_bits = 51"), False),
     "boolean k": (HEAD + KIND.replace("k = 16", "k = true"), False),
     "string k": (HEAD + KIND.replace("k = 16", 'k = "16"'), False),
+    # strict types, as for format files (fp4lab.formats.spec_io.validate_model): no quoted numbers, no 0/1 booleans
+    "string value in a num table": (HEAD + KIND.replace("k = 16", 'k = { value = "16", provenance = "assumed" }'),
+                                    False),
+    "integer for a boolean": (HEAD + KIND + "tf32_truncate = 1\n", False),
+    "string native block": (HEAD + KIND + '[[native]]\nelement = "e4m3"\nkind = "base"\nblock = "32"\n', False),
     "negative peak": (HEAD + KIND + "peak_tflops = -1.0\n", False),
     "infinite peak": (HEAD + KIND + "peak_tflops = inf\n", False),
     "unknown operand format": (HEAD + KIND.replace('a_formats = ["bf16"]', 'a_formats = ["bf17"]'), False),

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fp4lab.hwspec as hwspec
-from fp4lab.emulator.mma import emulate_gemm, emulate_mma
+from fp4lab.hwspec.mma import emulate_gemm, emulate_mma
 from fp4lab.hwspec.operands import decode_codes, operand_format
 
 
@@ -230,7 +230,7 @@ def test_mxf8f6f4_power_of_two_scales_shift_result():
 
 
 def _exact_rz(x: np.ndarray) -> np.ndarray:
-    from fp4lab.emulator.mma_kernels import round_output
+    from fp4lab.hwspec.mma_kernels import round_output
 
     return np.vectorize(lambda v: round_output(float(v), False, 23, -126, 127))(x).astype(np.float32)
 

@@ -219,7 +219,7 @@ def test_hwspec_covers_every_mmasim_model():
 def _family(K: int):
     """fp4lab's accumulation models (t_fdpa with fused or separate C, tr_fdpa, gtr_fdpa) swept over fused lengths
     dividing K, F and F2 up to the widest the schema allows, e_zero, RNE/RZ fp32 output and both zero-sign rules."""
-    from fp4lab.emulator.mma_reference import ModelParams
+    from fp4lab.hwspec.mma_reference import ModelParams
 
     for alg, sep in (("t_fdpa", False), ("t_fdpa", True), ("tr_fdpa", False), ("gtr_fdpa", False)):
         for L in (x for x in (1, 2, 4, 8) if K % x == 0 and (alg != "gtr_fdpa" or x > 1)):  # gtr: even/odd
@@ -261,8 +261,8 @@ def test_unexpressible_mmasim_models(arch, name, fmt, emin, wit):
     import torch
     from mmasim.amd import MFMA
 
-    from fp4lab.emulator.mma_operands import align_exponents
-    from fp4lab.emulator.mma_reference import mma_reference
+    from fp4lab.hwspec.mma_operands import align_exponents
+    from fp4lab.hwspec.mma_reference import mma_reference
 
     op = MFMA(arch, name)
     K = op.k

@@ -31,7 +31,8 @@ from fp4lab.emulator.ref_encode import (
 from fp4lab.formats.grids import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.quantized import QuantizedTensor
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, SpecError
+from fp4lab.formats.spec_io import one_line
 
 F32 = np.float32
 
@@ -229,3 +230,31 @@ def dequantize_reference(qt: QuantizedTensor, rotated: bool = False) -> np.ndarr
     if qt.rht is not None and not rotated:
         out = rht_reference(out, size=qt.rht, seed=qt.rht_seed, axis=qt.axis, inverse=True)
     return out
+
+
+def smoke_check(fmt: QuantFormat, where: str) -> None:
+    """Quantize a small test tensor with ``fmt`` through the reference pipeline and refuse the format (one-line
+    ``SpecError``) if that raises, gives a non-finite value for finite inputs, or flushes every block to zero
+    although the blocks span magnitudes 2^-20 .. 2^20. A backstop behind the model checks, for
+    ``fp4lab spec validate``."""
+    if fmt.block is None:
+        shape = (8, 8)
+    elif fmt.block.is_2d:
+        shape = (4 * fmt.block.shape[0], 2 * fmt.block.shape[1])
+    else:
+        shape = (8, 4 * fmt.block.shape[0])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    x *= np.exp2(np.linspace(-20, 20, shape[0]))[:, None]
+    x = x.astype(np.float32)
+    try:
+        with np.errstate(all="ignore"):
+            y = dequantize_reference(quantize_reference(x, fmt))
+    except Exception as exc:  # noqa: BLE001 - whatever breaks, the format cannot be used
+        raise SpecError(f"{where}: quantizing a test tensor fails ({type(exc).__name__}: {one_line(str(exc))})") \
+            from None
+    if not np.all(np.isfinite(y)):
+        raise SpecError(f"{where}: quantizing finite test values gives NaN or Inf; check the scale rule and targets")
+    if not np.any(y != 0) and fmt.scale_rule.min_scale is None:  # a min_scale clamp may flush small data
+        raise SpecError(f"{where}: every block of a test tensor spanning 2^-20 .. 2^20 quantizes to zero; check "
+                        "the scale format, min_scale and targets")

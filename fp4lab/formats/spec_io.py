@@ -142,10 +142,11 @@ def read_spec_text(path: str | Path, what: str = "spec") -> str:
         raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}); is this a {what} file?") from None
 
 
-def read_spec_dict(path: str | Path) -> dict[str, Any]:
-    """Parse a ``.toml`` or ``.json`` spec file into a dict; raises ``SpecError`` naming the file."""
+def read_spec_dict(path: str | Path, what: str = "spec") -> dict[str, Any]:
+    """Parse a ``.toml`` or ``.json`` spec file into a dict; raises ``SpecError`` naming the file (``what``: the
+    kind of file the messages name, e.g. "hwspec")."""
     p = Path(path)
-    text = read_spec_text(p)
+    text = read_spec_text(p, what)
     kind = "JSON" if p.suffix.lower() == ".json" else "TOML"
     try:
         data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
@@ -180,38 +181,6 @@ def load_model(model: type[M], path: str | Path) -> M:
 def model_to_toml(obj: BaseModel) -> str:
     """TOML text that ``load_model`` turns back into an equal model."""
     return tomli_w.dumps(obj.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
-def smoke_check(fmt: Any, where: str) -> None:
-    """Quantize a small test tensor with ``fmt`` through the reference pipeline and refuse the format (one-line
-    ``SpecError``) if that raises, gives a non-finite value for finite inputs, or flushes every block to zero
-    although the blocks span magnitudes 2^-20 .. 2^20. A backstop behind the model checks, for
-    ``fp4lab spec validate``."""
-    import numpy as np
-
-    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
-
-    if fmt.block is None:
-        shape = (8, 8)
-    elif fmt.block.is_2d:
-        shape = (4 * fmt.block.shape[0], 2 * fmt.block.shape[1])
-    else:
-        shape = (8, 4 * fmt.block.shape[0])
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(shape)
-    x *= np.exp2(np.linspace(-20, 20, shape[0]))[:, None]
-    x = x.astype(np.float32)
-    try:
-        with np.errstate(all="ignore"):
-            y = dequantize_reference(quantize_reference(x, fmt))
-    except Exception as exc:  # noqa: BLE001 - whatever breaks, the format cannot be used
-        raise SpecError(f"{where}: quantizing a test tensor fails ({type(exc).__name__}: {one_line(str(exc))})") \
-            from None
-    if not np.all(np.isfinite(y)):
-        raise SpecError(f"{where}: quantizing finite test values gives NaN or Inf; check the scale rule and targets")
-    if not np.any(y != 0) and fmt.scale_rule.min_scale is None:  # a min_scale clamp may flush small data
-        raise SpecError(f"{where}: every block of a test tensor spanning 2^-20 .. 2^20 quantizes to zero; check "
-                        "the scale format, min_scale and targets")
 
 
 def builtin_names(package: str, display_first: tuple[str, ...]) -> tuple[str, ...]:

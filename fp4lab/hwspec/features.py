@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, SpecError
-from .operands import operand_format
-from .registry import get_hw
+from fp4lab.errors import InputError, SpecError
+from fp4lab.hwspec.operands import operand_format
+from fp4lab.hwspec.registry import get_hw
 
 PUBLISHED = Path(__file__).parent / "data" / "km_features.toml"
 FEATURES: tuple[str, ...] = ("fused_size", "extra_alignment_bits", "alignment_rounding", "rounding",
@@ -75,7 +75,7 @@ class Probe:
         a, b = np.zeros((1, _K)), np.zeros((_K, 1))
         for i, v in prods.items():
             a[0, i], b[i, 0] = v if isinstance(v, tuple) else self.split(v)
-        from ..emulator.mma import emulate_mma
+        from fp4lab.hwspec.mma import emulate_mma
 
         if self.kind.tf32_truncate:  # these kinds take fp32 words; the probe values are exact tf32
             a, b = a.astype(np.float32), b.astype(np.float32)

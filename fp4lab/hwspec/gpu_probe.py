@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .probe_inputs import CONFIGS, emulate_config, make_inputs
+from fp4lab.hwspec.probe_inputs import CONFIGS, emulate_config, make_inputs
 
 
 @triton.jit

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from .operands import decode_codes, operand_format
-from .registry import get_hw
-from .schema import MMAKind
+from fp4lab.errors import InputError
+from fp4lab.hwspec.operands import decode_codes, operand_format
+from fp4lab.hwspec.registry import get_hw
+from fp4lab.hwspec.schema import MMAKind
 
 MMASIM_VERSION = "2.1.1"
 ARCH = {"volta-sm70": "Volta", "turing-sm75": "Turing", "ampere-sm80": "Ampere", "ada-sm89": "Ada Lovelace",
@@ -155,7 +155,7 @@ def run_gemm(case: OracleCase, a: np.ndarray, b: np.ndarray, c: np.ndarray, sa=N
              op=None) -> tuple[np.ndarray, np.ndarray]:
     """(fp4lab bits, MMA-Sim bits) of D = A B + C: a [M, K] / b [K, N] codes, c [M, N] accumulator bits, sa
     [M, K/block] / sb [K/block, N] scale codes. ``kind`` overrides the spec's kind object (mutation tests)."""
-    from ..emulator.mma import Prepared, finish
+    from fp4lab.hwspec.mma import Prepared, finish
 
     k = kind or get_hw(case.hw).kind(case.kind)
     with np.errstate(all="ignore"):
@@ -168,7 +168,7 @@ def run_dots(case: OracleCase, a: np.ndarray, b: np.ndarray, c: np.ndarray, sa=N
              op=None, tile: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """(fp4lab bits, MMA-Sim bits) of P independent dot products d_i = a_i . b_i + c_i: a, b [P, K] codes, c [P]
     bits, sa/sb [P, K/block]. fp4lab runs tiles of ``tile`` rows as GEMMs and keeps the diagonal."""
-    from ..emulator.mma import Prepared, finish
+    from fp4lab.hwspec.mma import Prepared, finish
 
     k = kind or get_hw(case.hw).kind(case.kind)
     cv = c_array(c, k.c_format).astype(np.float64)

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .operands import OPERAND_FORMATS, decode_codes
-from .schema import HWSpec, NativeCombo
+from fp4lab.hwspec.operands import OPERAND_FORMATS, decode_codes
+from fp4lab.hwspec.schema import HWSpec, NativeCombo
 
 
 @lru_cache(maxsize=None)

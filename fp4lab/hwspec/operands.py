@@ -4,7 +4,7 @@ These are the *hardware* encodings named in PTX / AMD ISA (bf16, f16, tf32, e4m3
 CDNA3 FNUZ fp8s, ue8m0, ue4m3, f32). The MMA models only need, per format: the exponent ``emin`` that a
 subnormal keeps (the decode rule ``x = s * 2**e`` with ``1 <= |s| < 2``, or ``e = emin`` and ``|s| < 1``), the
 number of fraction bits, the largest finite value and which specials exist. A proposed element grid (E1M2, INT4,
-any value table) is not an operand format: block-scaled kinds take it as a values table (see emulator/mma.py).
+any value table) is not an operand format: block-scaled kinds take it as a values table (see hwspec/mma.py).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .operands import decode_codes, operand_format
-from .schema import MMAKind
+from fp4lab.hwspec.operands import decode_codes, operand_format
+from fp4lab.hwspec.schema import MMAKind
 
 _C_BITS = {"f32": (32, 8, 23), "f16": (16, 5, 10)}
 

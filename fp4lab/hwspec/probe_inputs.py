@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emulator.mma import emulate_gemm, resolve_kind
-from .operands import decode_codes, operand_format
+from fp4lab.hwspec.mma import emulate_gemm, resolve_kind
+from fp4lab.hwspec.operands import decode_codes, operand_format
 
 # (label, hopper kind, input bits, exp bits, man bits, torch dtype, BLOCK_K, acc dtype, imprecise-acc interval,
 #  K multiplier, tile M = N (64: 4 warps, wgmma; 16: 1 warp, which makes Triton fall back to mma.sync),

@@ -13,15 +13,12 @@ Loader conveniences (all resolved before validation, so the model always holds f
 from __future__ import annotations
 
 import copy
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from ..errors import SpecError, did_you_mean
-from ..formats.spec_io import one_line, read_spec_text, validation_message
-from .schema import HWSpec
+from fp4lab.errors import InputError, SpecError, did_you_mean
+from fp4lab.formats.spec_io import one_line, read_spec_dict, validate_model
+from fp4lab.hwspec.schema import HWSpec
 
 SPEC_DIR = Path(__file__).parent / "specs"
 _NUM_KEYS = {"k", "peak_tflops", "fused_len", "frac_bits", "e_zero", "group", "join_frac_bits",
@@ -126,13 +123,8 @@ def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
 
 
 def _read_raw(path: Path) -> dict:
-    text = read_spec_text(path, "hwspec")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{path}: not valid TOML ({one_line(str(e))})") from None
-    except RecursionError:
-        raise SpecError(f"{path}: not valid TOML (nested too deeply)") from None
+    """The table of an hwspec file (TOML, or JSON by its suffix), read as the formats' spec files are."""
+    return read_spec_dict(path, "hwspec")
 
 
 def _builtin_path(name: str, where: str) -> Path:
@@ -147,24 +139,20 @@ def _builtin_names() -> list[str]:
     return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
 
 
-def _validate(data: dict, where: str) -> HWSpec:
-    try:
-        return HWSpec.model_validate(data)
-    except ValidationError as e:  # every error, each as a sentence
-        raise SpecError(validation_message(e, where, HWSpec)) from None
-
-
 def load_hw(path: str | Path) -> HWSpec:
-    """Validate an hwspec TOML file and return the spec (not registered; see :func:`register_hw`)."""
+    """Validate an hwspec TOML file (or its JSON form: ``.json``) and return the spec (not registered; see
+    :func:`register_hw`). Reading and validation are the formats' (``fp4lab.formats.spec_io``): strict types,
+    every error a sentence on one line naming the file."""
     path = Path(path)
     try:
-        return _validate(_resolve(_read_raw(path), str(path)), str(path))
+        data = _resolve(_read_raw(path), str(path))
     except SpecError:
         raise
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply") from None
     except (ArithmeticError, TypeError, AttributeError, LookupError, ValueError) as exc:  # a check that broke
         raise SpecError(f"{path}: invalid hwspec ({type(exc).__name__}: {one_line(str(exc))})") from None
+    return validate_model(HWSpec, data, str(path))
 
 
 def register_hw(spec: HWSpec) -> None:
@@ -183,7 +171,7 @@ def get_hw(name: str | Path | HWSpec) -> HWSpec:
     if isinstance(name, HWSpec):
         return name
     if not isinstance(name, (str, Path)):
-        raise SpecError(f"hw must be a spec name, a .toml path or an HWSpec, got {type(name).__name__}")
+        raise InputError(f"hw must be a spec name, a .toml path or an HWSpec, got {type(name).__name__}")
     key = str(name)
     if key in _REGISTRY:
         return _REGISTRY[key]

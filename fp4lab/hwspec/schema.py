@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ..formats.base import check_text, refuse_booleans
-from .operands import OPERAND_FORMATS
-from ..errors import InputError, SpecError
+from fp4lab.errors import InputError, SpecError
+from fp4lab.formats.base import SpecModel, check_text
+from fp4lab.hwspec.operands import OPERAND_FORMATS
 
 Text = Annotated[str, Field(max_length=2048)]
 ShortText = Annotated[str, Field(max_length=256)]
@@ -42,13 +42,9 @@ Provenance = Literal["measured", "published", "assumed", "unknown"]
 Algorithm = Literal["t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_booleans(cls, data):
-        return refuse_booleans(cls, data)
+class _Model(SpecModel):
+    """The formats' spec base (frozen, unknown fields refused, no true/false for numbers or names, equality and
+    hashing by the declared fields) plus a printable-text check of every string field."""
 
     @model_validator(mode="after")
     def _printable_text(self):  # spec text is printed to terminals, where escape sequences would act
@@ -397,7 +393,7 @@ def file_schema() -> dict[str, Any]:
     kind of the file and deep-merge; such a kind and every kind of a spec that ``inherits`` a built-in may be
     partial) and no ``kinds`` at all.
     """
-    from .registry import _builtin_names
+    from fp4lab.hwspec.registry import _builtin_names
 
     schema = HWSpec.model_json_schema()
     defs = schema["$defs"]

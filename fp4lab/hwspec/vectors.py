@@ -29,7 +29,7 @@ def load_vectors() -> dict[str, np.ndarray]:
 def emulate_rows(data: dict[str, np.ndarray], prefix: str, kind_name: str, use_c: bool, rows: slice = slice(None),
                  hw: str = "hopper-sm90", impl: str = "numba") -> np.ndarray:
     """Emulated D (uint32 bits) of each row. numba: 500-row tiles as full products, keeping the diagonal."""
-    from ..emulator.mma import Prepared, finish, resolve_kind
+    from fp4lab.hwspec.mma import Prepared, finish, resolve_kind
 
     kind = resolve_kind(hw, kind_name)
     fmt = {"E4M3": "e4m3", "E5M2": "e5m2"}.get(prefix)  # FP8 kinds take e4m3 and e5m2: name which one

@@ -7,7 +7,7 @@ Conventions
   (never more than K), taken in ascending K, each step's rounded output being the next step's C.
 * Operands are float arrays of values exactly representable in one of the kind's input formats, or integer
   codes of that format. The format is named (``a_format``/``b_format``), typed (torch / ml_dtypes dtypes) or
-  the only one the values allow, never guessed (fp4lab/emulator/mma_operands.py). tf32 kinds take float32
+  the only one the values allow, never guessed (fp4lab/hwspec/mma_operands.py). tf32 kinds take float32
   words and drop their low 13 bits, as the hardware does.
 * Block-scaled kinds also take ``scale_a`` [M, K/block] and ``scale_b`` [K/block, N]: decoded scale values or
   integer codes of the scale format. Their element format may be any value table (a 1-D float64 array, e.g.
@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..hwspec.operands import operand_format
-from ..hwspec.registry import get_hw
-from ..hwspec.schema import MMAKind
-from . import mma_kernels as nb
-from .mma_operands import values_table, align_exponents, decode_pair, decode_scales, typed_operand
-from .mma_reference import ModelParams, mma_reference
+from fp4lab.errors import InputError
+from fp4lab.hwspec.operands import operand_format
+from fp4lab.hwspec.registry import get_hw
+from fp4lab.hwspec.schema import MMAKind
+from fp4lab.hwspec import mma_kernels as nb
+from fp4lab.hwspec.mma_operands import values_table, align_exponents, decode_pair, decode_scales, typed_operand
+from fp4lab.hwspec.mma_reference import ModelParams, mma_reference
 
 _OUT_RANGE = {"f32": (-126, 127), "f16": (-14, 15)}
 
@@ -64,7 +64,7 @@ def resolve_kind(hw: Any, kind: str) -> MMAKind:
     return get_hw(hw).kind(kind)
 
 
-# ---- operand decoding (fp4lab/emulator/mma_operands.py) ----------------------------------------------------------
+# ---- operand decoding (fp4lab/hwspec/mma_operands.py) ----------------------------------------------------------
 def _check_group_exact(v: np.ndarray, which: str) -> None:
     """GST group sums must be exact in float64: all values on one power-of-two grid of at most 2**16 steps."""
     fin = np.abs(v[np.isfinite(v) & (v != 0)])

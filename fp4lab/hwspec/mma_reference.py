@@ -1,4 +1,4 @@
-"""Readable scalar reference of the tensor-core accumulation models; it defines the bits that emulator/mma.py's
+"""Readable scalar reference of the tensor-core accumulation models; it defines the bits that hwspec/mma.py's
 numba kernels must reproduce. Pure Python floats: every product, scaled term and partial sum used here is
 exact in float64 (inputs have at most 24 significant bits, sums stay below 2**53 units of the truncation
 quantum), so ``math.trunc``/``math.floor`` of a power-of-two-scaled value is an exact integer operation.

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..hwspec.operands import OPERAND_FORMATS, decode_codes, operand_format
-from ..hwspec.schema import MMAKind
+from fp4lab.errors import InputError
+from fp4lab.hwspec.operands import OPERAND_FORMATS, decode_codes, operand_format
+from fp4lab.hwspec.schema import MMAKind
 
 # numpy dtype names (ml_dtypes and float16) and torch dtype names that name an operand format
 _NP_TYPED = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",

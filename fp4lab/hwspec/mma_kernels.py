@@ -1,4 +1,4 @@
-"""Numba kernels of the accumulation models; bit-for-bit twins of emulator/mma_reference.py.
+"""Numba kernels of the accumulation models; bit-for-bit twins of hwspec/mma_reference.py.
 
 All kernels take float64 operand values (exact), int64 alignment exponents and the flattened ModelParams
 fields, chain fused steps of ``L`` products in ascending K, and return float64 output-format values (NaN not
