@@ -11,7 +11,9 @@
 
 for ``rounding`` in ``ROUNDINGS`` (``sr`` uses ``seed = SR_SEED``; see docs/numerics.md for the random bits), plus
 ``index.json`` (formats with their full specs, cases with descriptions, conventions) and ``library_agreement.json``
-/ ``.md`` (``agreement_table``). Inputs are built from a fixed seed, so the files are reproducible.
+/ ``.md`` (``agreement_table``). Each case's input is a named kind of ``fp4lab.testing.inputs`` (``CASES``) built
+from a fixed seed, so the files are reproducible; stored float32 arrays are their ``fp4lab.testing.bits``
+patterns (payload-exact).
 
 The agreement table compares fp4lab's codes and scale codes bit for bit with external libraries *live* where they
 are installed (ml_dtypes casts, torchao ``to_mx`` and ``nvfp4_quantize``), case by case; TransformerEngine and
@@ -33,6 +35,8 @@ import numpy as np
 import fp4lab
 from fp4lab.errors import OutputError
 from fp4lab.formats.registry import BUILTIN_NAMES
+from fp4lab.testing.bits import bit_patterns, mismatches
+from fp4lab.testing.inputs import make_inputs
 
 CASE_SHAPE: tuple[int, int] = (16, 64)
 ROUNDINGS: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz", "sr")
@@ -40,56 +44,33 @@ SR_SEED = 1234
 F32 = np.float32
 
 
-def _ties(fmt: Any) -> np.ndarray:
-    """Grid midpoints times 2^k, with each 16-block's amax at the grid maximum times 2^k."""
-    lv = fmt.element.levels
-    mids = np.concatenate([(lv[:-1] + lv[1:]) / 2.0, lv])
-    rng = np.random.default_rng(11)
-    x = rng.choice(mids, CASE_SHAPE) * 2.0 ** rng.integers(-3, 4, (CASE_SHAPE[0], 1))
-    x[:, ::16] = fmt.element.amax * 2.0 ** rng.integers(-3, 4, (CASE_SHAPE[0], CASE_SHAPE[1] // 16))
-    return x
+# case -> (input kind of fp4lab.testing.inputs, description stored in index.json); the kinds keep the arithmetic
+# and draw order of the original cases, so the vectors of every case are unchanged.
+CASES: dict[str, tuple[str, str]] = {
+    "random": ("gaussian_rows", "N(0,1) times 2^k per row, k in [-10, 10]"),
+    "ties": ("grid_ties", ("grid midpoints and levels times 2^k, block amax at the grid maximum times 2^k (exact "
+                           "ties for FP32 and power-of-two scales)")),
+    "pow2": ("pow2_boundaries", ("values at and one ulp around powers of two and at 0.75/1.5/1.75 x 2^k "
+                                 "(scale-rule boundaries)")),
+    "zeros": ("zero_blocks", "+0, -0, all-zero blocks and sparse blocks"),
+    "subnormal": ("subnormal_blocks", "float32 subnormal blocks beside normal blocks"),
+    "huge": ("huge_values", "magnitudes up to float32 max"),
+    "tiny": ("tiny_tensor", ("a tensor whose amax lies below about 2^-117 (two-level tensor-scale floor), "
+                             "blocks N(0,1) x 2^k, k in [-150, -118], many float32-subnormal")),
+    "nan": ("nan_blocks", "NaN elements in some blocks"),
+    "inf": ("inf_blocks", "+Inf and -Inf elements in some blocks"),
+}
 
 
 def _cases(fmt: Any) -> dict[str, tuple[str, np.ndarray]]:
-    rng = np.random.default_rng(7)
-    shape = CASE_SHAPE
-    k = rng.integers(-20, 21, (shape[0], shape[1] // 16)).repeat(16, axis=1)
-    pow2 = np.ldexp(1.0, k).astype(F32)
-    near = pow2 * rng.choice([1.0, 1.0 + 2**-23, 1.0 - 2**-24, 0.75, 1.5, 1.75 - 2**-22], shape)
-    zeros = rng.standard_normal(shape)
-    zeros[:, :32] = 0.0
-    zeros[::2, 32:48] = -0.0
-    zeros[:, 48:] = np.where(rng.random((shape[0], 16)) < 0.5, 0.0, zeros[:, 48:])
-    sub = rng.standard_normal(shape) * np.float64(2**-140)
-    sub[:, :16] = rng.standard_normal((shape[0], 16))
-    huge = rng.standard_normal(shape) * 1e37
-    huge[:, ::7] = np.where(rng.random((shape[0], 10)) < 0.5, 3.4028235e38, -3.4028235e38)
-    r2 = np.random.default_rng(17)  # its own stream: the other cases keep their inputs
-    tiny = r2.standard_normal(shape) * np.exp2(r2.integers(-150, -117, (shape[0], shape[1] // 16))).repeat(16, 1)
-    nan = rng.standard_normal(shape)
-    nan[::3, 5] = np.nan
-    inf = rng.standard_normal(shape)
-    inf[::4, 20] = np.inf
-    inf[1::4, 40] = -np.inf
-    return {
-        "random": ("N(0,1) times 2^k per row, k in [-10, 10]",
-                   rng.standard_normal(shape) * np.ldexp(1.0, rng.integers(-10, 11, (shape[0], 1)))),
-        "ties": ("grid midpoints and levels times 2^k, block amax at the grid maximum times 2^k (exact ties for "
-                 "FP32 and power-of-two scales)", _ties(fmt)),
-        "pow2": ("values at and one ulp around powers of two and at 0.75/1.5/1.75 x 2^k (scale-rule boundaries)", near),
-        "zeros": ("+0, -0, all-zero blocks and sparse blocks", zeros),
-        "subnormal": ("float32 subnormal blocks beside normal blocks", sub),
-        "huge": ("magnitudes up to float32 max", huge),
-        "tiny": ("a tensor whose amax lies below about 2^-117 (two-level tensor-scale floor), blocks N(0,1) x 2^k, "
-                 "k in [-150, -118], many float32-subnormal", tiny),
-        "nan": ("NaN elements in some blocks", nan),
-        "inf": ("+Inf and -Inf elements in some blocks", inf),
-    }
+    """{case: (description, float32 input of shape ``CASE_SHAPE``)} for one format, in ``CASES`` order."""
+    return {case: (text, make_inputs(kind, CASE_SHAPE, fmt=fmt)) for case, (kind, text) in CASES.items()}
 
 
 def _bits(a: Any) -> np.ndarray:
+    """float arrays as their float32 bit patterns (``bit_patterns``: payload-exact), integer codes as they are."""
     a = np.asarray(a)
-    return a.astype(F32).view(np.uint32) if a.dtype.kind == "f" else a
+    return bit_patterns(a.astype(F32)) if a.dtype.kind == "f" else a
 
 
 def vectors_for(name: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -208,8 +189,8 @@ def agreement_table(progress: Callable[[str], None] | None = None) -> list[dict[
             except Exception as exc:  # a library rejecting an input is a finding, not a crash
                 cases[case] = f"error: {type(exc).__name__}"
                 continue
-            bad = int(np.sum(codes != np.asarray(qt.codes)))
-            bad_s = 0 if scodes is None else int(np.sum(scodes.reshape(np.shape(qt.scale_codes)) != qt.scale_codes))
+            bad = mismatches(codes, np.asarray(qt.codes))
+            bad_s = 0 if scodes is None else mismatches(scodes.reshape(np.shape(qt.scale_codes)), qt.scale_codes)
             cases[case] = "match" if bad == bad_s == 0 else f"{bad} codes, {bad_s} scales differ"
         n_ok = sum(v == "match" for v in cases.values())
         status = "agrees" if n_ok == len(cases) else ("partial" if n_ok else "differs")

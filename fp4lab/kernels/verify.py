@@ -9,6 +9,10 @@ runs the fused fake-quantize kernel (``fake_quantize_triton``) on a 2-D tensor a
 SR and its random-bit width per case, bf16 or fp32 outputs, with or without the tensor scale) and compares both
 outputs and tensor scales with ``fake_quantize_reference``. Any difference is a mismatch (NaN results compare
 equal whatever their payload and sign); the first one is reported in full.
+
+The inputs are named kinds of ``fp4lab.testing.inputs`` (``CASE_INPUTS``: "random" is ``gaussian_logscale``,
+"adversarial" ``adversarial_rows``, "edges" ``range_edge_tiny`` / ``range_edge_huge`` by seed parity); the
+comparison is ``fp4lab.testing.bits.mismatch_mask`` with ``nan="any"``.
 """
 
 from __future__ import annotations
@@ -19,9 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from fp4lab.testing.bits import bit_patterns, mismatch_mask
+from fp4lab.testing.inputs import FLT_MAX, make_inputs, range_edge_input  # noqa: F401 (range_edge_input: API)
+
 F32 = np.float32
-FLT_MAX = float(np.finfo(F32).max)
 KINDS = ("random", "adversarial", "edges")
+# verify's case kinds -> input kinds of fp4lab.testing.inputs ("edges": tiny for an even seed, huge for an odd one)
+CASE_INPUTS = {"random": ("gaussian_logscale",), "adversarial": ("adversarial_rows",),
+               "edges": ("range_edge_tiny", "range_edge_huge")}
 OPS = ("quantize", "fakequant")
 FAKEQUANT_SHARE = 0.25  # fraction of a run's elements spent on fakequant cases when both ops run
 
@@ -70,50 +79,16 @@ class Outcome:
 
 
 def make_input(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
-    """float32 [rows, cols]. 'random': normal values with a log-uniform scale per row; 'adversarial': rows cycle
-    through ties on a dyadic grid, powers of two and their float32 neighbours, zeros and all-zero blocks,
-    subnormals, huge values near FLT_MAX, and NaN/Inf sprinkled over otherwise normal data; 'edges': a whole
-    tensor at one end of float32's range (``range_edge_input``)."""
-    if kind == "edges":
-        return range_edge_input(rows, cols, seed)
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((rows, cols)) * np.exp2(rng.uniform(-20, 20, (rows, 1)))
-    x = x.astype(F32)
-    if kind == "random":
-        return x
-    r = np.arange(rows)[:, None] % 8
-    ties = (rng.integers(-96, 97, (rows, cols)) / 8.0 * np.exp2(rng.integers(-4, 5, (rows, 1)))).astype(F32)
-    p2 = np.exp2(rng.integers(-30, 30, (rows, cols))).astype(F32) * rng.choice([-1, 1], (rows, cols)).astype(F32)
-    p2 = np.where(rng.random((rows, cols)) < 0.3, np.nextafter(p2, F32(np.inf)), p2)
-    p2 = np.where(rng.random((rows, cols)) < 0.3, np.nextafter(p2, F32(-np.inf)), p2).astype(F32)
-    zeros = np.where(rng.random((rows, cols)) < 0.5, F32(0.0), x) * np.where(rng.random((rows, 1)) < 0.5, 0, 1)
-    zeros = np.where(rng.random((rows, cols)) < 0.1, F32(-0.0), zeros).astype(F32)
-    sub = (rng.standard_normal((rows, cols)) * 1e-39).astype(F32)
-    sub = np.where(rng.random((rows, cols)) < 0.2, np.uint32(1).view(F32), sub).astype(F32)
-    huge = (rng.uniform(-3.4e38, 3.4e38, (rows, cols))).astype(F32)
-    special = x.copy()
-    pick = rng.random((rows, cols))
-    special[pick < 0.003] = np.nan
-    special[(pick >= 0.003) & (pick < 0.006)] = np.inf
-    special[(pick >= 0.006) & (pick < 0.009)] = -np.inf
-    mixed = np.where(rng.random((rows, cols)) < 0.5, ties, x * F32(1e-30))
-    choices = [ties, p2, zeros, sub, huge, special, mixed, x]
-    out = np.select([r == i for i in range(8)], choices).astype(F32)
-    return out
+    """float32 [rows, cols] of a verify case kind (``CASE_INPUTS``). 'random': normal values with a log-uniform
+    scale per row; 'adversarial': rows cycle through ties on a dyadic grid, powers of two and their float32
+    neighbours, zeros and all-zero blocks, subnormals, huge values near FLT_MAX, and NaN/Inf sprinkled over
+    otherwise normal data; 'edges': a whole tensor at one end of float32's range (``range_edge_input``)."""
+    if kind not in CASE_INPUTS:
+        from fp4lab.errors import InputError
 
-
-def range_edge_input(rows: int, cols: int, seed: int) -> np.ndarray:
-    """float32 [rows, cols] N(0,1) values times 2^(e_row + e_group) (e_row per row in [-32, 0], e_group per 32
-    columns in [-8, 0]): an even seed gives a tiny tensor (amax about 2^-116, below the two-level tensor scale's
-    floor; many blocks float32-subnormal), an odd seed a huge one (amax near float32 max, +-FLT_MAX in every
-    seventh column). Blocks along either axis mix magnitudes."""
-    rng = np.random.default_rng(seed)
-    e = rng.integers(-32, 1, (rows, 1)) + rng.integers(-8, 1, (1, -(-cols // 32))).repeat(32, axis=1)[:, :cols]
-    x = rng.standard_normal((rows, cols)) * np.exp2(e + (-118.0 if seed % 2 == 0 else 125.0))
-    x = np.clip(x, -FLT_MAX, FLT_MAX)
-    if seed % 2:
-        x[:, ::7] = np.where(rng.random((rows, x[:, ::7].shape[1])) < 0.5, FLT_MAX, -FLT_MAX)
-    return x.astype(F32)
+        raise InputError(f"verify: input kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    names = CASE_INPUTS[kind]
+    return make_inputs(names[seed % len(names)], (rows, cols), seed)
 
 
 def plan_cases(formats: list[str], elements: int, seed: int = 0, rht_sizes=(None, 16),
@@ -220,16 +195,10 @@ def _plan_fakequant(formats: list[str], elements: int, seed: int, rht_sizes, rou
 
 
 def _bits(a: Any) -> np.ndarray:
-    """Integer bit patterns; float32 NaNs of any payload or sign become 0x7FC00000 (IEEE 754 leaves NaN payloads
-    unspecified: NVIDIA GPUs produce 0x7FFFFFFF, x86 0xFFC00000 or the propagated payload)."""
-    a = np.ascontiguousarray(a)
-    if a.dtype == np.float32:
-        return np.where(np.isnan(a), np.uint32(0x7FC00000), a.view(np.uint32))
-    if a.dtype == np.int32:
-        return a.view(np.uint32)
-    if a.dtype in (np.int16,):
-        return a.view(np.uint16)
-    return a
+    """Integer bit patterns as verify compares them: ``bit_patterns(a, nan="any")``, float32 NaNs of any payload
+    or sign become 0x7FC00000 (IEEE 754 leaves NaN payloads unspecified: NVIDIA GPUs produce 0x7FFFFFFF, x86
+    0xFFC00000 or the propagated payload)."""
+    return bit_patterns(a, nan="any")
 
 
 def compare(case: Case, got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> Outcome:
@@ -237,12 +206,11 @@ def compare(case: Case, got: dict[str, np.ndarray], want: dict[str, np.ndarray])
     out = Outcome(case)
     for key, w in want.items():
         g = got[key]
-        gb, wb = _bits(g), _bits(w)
-        if gb.shape != wb.shape:
-            out.mismatches += max(gb.size, wb.size)
-            out.detail.setdefault("first", {"field": key, "got_shape": gb.shape, "want_shape": wb.shape})
+        if np.shape(g) != np.shape(w):
+            out.mismatches += max(np.size(g), np.size(w))
+            out.detail.setdefault("first", {"field": key, "got_shape": np.shape(g), "want_shape": np.shape(w)})
             continue
-        bad = gb != wb
+        bad = mismatch_mask(g, w, nan="any")
         n = int(bad.sum())
         if n:
             out.mismatches += n

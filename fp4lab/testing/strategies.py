@@ -11,7 +11,9 @@ Import them in your own test-suite (needs ``hypothesis``, a test dependency of f
         x = data.draw(block_inputs(fmt))
         assert np.array_equal(my_quantize(x, fmt).codes, fp4lab.quantize(x, fmt).codes)
 
-Strategies (every generated grid value, scale and target is exactly representable in float32):
+Strategies (every generated grid value, scale and target is exactly representable in float32). The input
+strategies draw their adversarial values from ``fp4lab.testing.inputs`` (the element kinds ``ELEMENT_KINDS``
+through ``compose_elements``, the float32 specials ``SPECIAL_F32``): hypothesis only draws the parameters.
 
 ``element_grids(max_bits=8, kinds=("float", "int", "table"))``
     Random element grids: ``FloatGrid`` ExMy with a random bias, with or without subnormals, with specials
@@ -57,10 +59,9 @@ from fp4lab.formats.grids import DETERMINISTIC_MODES, ROUNDING_MODES, FloatGrid,
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.rules import BlockLayout, ScaleRule
 from fp4lab.formats.scales import ScaleFormat
-
-F32_MAX = float(np.finfo(np.float32).max)
-F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126
-F32_SUB = float(np.finfo(np.float32).smallest_subnormal)  # 2^-149
+from fp4lab.testing.inputs import ELEMENT_KINDS as _KINDS
+from fp4lab.testing.inputs import F32_MAX, SPECIAL_F32
+from fp4lab.testing.inputs import compose_elements as _compose
 
 __all__ = [
     "block_inputs", "element_grids", "float32_arrays", "quant_formats", "range_edge_inputs", "rounding_modes",
@@ -242,44 +243,8 @@ def rounding_modes(deterministic_only: bool = False) -> st.SearchStrategy[str]:
 
 
 # ---- inputs --------------------------------------------------------------------------------------------------
-# Element kinds of block_inputs; index 0 is what hypothesis shrinks towards.
-_KINDS = ("level", "midpoint", "level_ulp", "midpoint_ulp", "uniform", "pow2_ulp", "zero", "neg_zero",
-          "subnormal", "huge", "nan", "inf")
-
-
-def _ulp_step(v: np.ndarray, direction: np.ndarray) -> np.ndarray:
-    return np.nextafter(v, np.where(direction > 0, np.float32(np.inf), np.float32(-np.inf))).astype(np.float32)
-
-
-def _compose(grid_levels: np.ndarray, kinds: np.ndarray, pick: np.ndarray, unif: np.ndarray, dirs: np.ndarray,
-             P: np.ndarray) -> np.ndarray:
-    """float32 values of each element kind (see ``_KINDS``) around block scales ``P`` (same shape)."""
-    lv = grid_levels.astype(np.float64)
-    mids = (lv[:-1] + lv[1:]) / 2.0 if lv.size > 1 else lv
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        level = np.float32(lv[pick % lv.size] * P)
-        mid = np.float32(mids[pick % mids.size] * P)
-        pow2 = np.float32(np.ldexp(1.0, (pick % 60) - 30) * P)
-        amax = float(np.max(np.abs(lv)))
-        table = {
-            "level": level,
-            "midpoint": mid,
-            "level_ulp": _ulp_step(level, dirs),
-            "midpoint_ulp": _ulp_step(mid, dirs),
-            "uniform": np.float32(unif * amax * P),
-            "pow2_ulp": _ulp_step(pow2, dirs) * np.where(pick % 2, -1, 1).astype(np.float32),
-            "zero": np.zeros_like(P, dtype=np.float32),
-            "neg_zero": np.full(P.shape, -0.0, np.float32),
-            "subnormal": np.float32(np.where(dirs > 0, 1.0, -1.0) * (pick % 2**23 + 1) * F32_SUB),
-            "huge": np.float32(np.where(dirs > 0, 1.0, -1.0) * F32_MAX / (1 << (pick % 8))),
-            "nan": np.full(P.shape, np.nan, np.float32),
-            "inf": np.float32(np.where(dirs > 0, np.inf, -np.inf)),
-        }
-    out = np.zeros(P.shape, np.float32)
-    for i, name in enumerate(_KINDS):
-        sel = kinds == i
-        out[sel] = table[name][sel]
-    return out
+# The element kinds of block_inputs (ELEMENT_KINDS, index 0 is what hypothesis shrinks towards) and their values
+# (compose_elements) come from fp4lab.testing.inputs; here hypothesis draws the parameters.
 
 
 @st.composite
@@ -352,7 +317,7 @@ def _from_blocks(blocks: np.ndarray, fmt: QuantFormat, shape: tuple[int, int]) -
     return np.ascontiguousarray(blocks.reshape(shape))
 
 
-_SPECIAL_F32 = [0.0, -0.0, F32_SUB, -F32_SUB, F32_TINY, -F32_TINY, F32_MAX, -F32_MAX, 1.0, -1.0]
+_SPECIAL_F32 = SPECIAL_F32
 
 
 def _adversarial_scalars(allow_nan: bool, allow_inf: bool) -> st.SearchStrategy[float]:
