@@ -361,15 +361,21 @@ def decode_flat(codes, evals, out):
     np.take(evals, codes, out=out)
 
 
-AMAX_CHUNK = 1 << 20  # elements per step of ``finite_amax``: uint32 temporaries of a few MiB
+AMAX_CHUNK = 1 << 18  # elements per step of ``finite_amax``: a 1 MiB uint32 buffer, reused
 
 
 def finite_amax(x: np.ndarray) -> np.float32:
     """float32 max of |x| over the finite elements of flat float32 ``x`` (0 if none), from the float32 bits
-    (exact: a maximum does not round; numpy, so that no kernel is compiled for it)."""
+    (exact: a maximum does not round; numpy, so that no kernel is compiled for it). Per chunk, the max of the
+    magnitude bits is the answer unless it is an Inf/NaN pattern; only such chunks take the masked maximum."""
     top = np.uint32(0)
+    buf = np.empty(min(AMAX_CHUNK, x.size), np.uint32)
     for i in range(0, x.size, AMAX_CHUNK):
-        bits = x[i:i + AMAX_CHUNK].view(np.uint32) & ABS_MASK
-        bits[bits >= EXP_MASK] = 0  # Inf and NaN are left out
-        top = max(top, bits.max())
+        v = x[i:i + AMAX_CHUNK].view(np.uint32)
+        bits = buf[:v.size]
+        np.bitwise_and(v, ABS_MASK, out=bits)
+        m = bits.max()
+        if m >= EXP_MASK:  # Inf and NaN are left out
+            m = bits.max(where=bits < EXP_MASK, initial=0)
+        top = max(top, m)
     return np.array([top], np.uint32).view(F32)[0]
