@@ -442,6 +442,13 @@ def _make_fused(width: int):
         return nan_code if t != t else np.uint8(cn if neg else cp)
 
     @njit(**NJ)
+    def _capped(xb, ob, m, lo, hi, bs, use_div, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg):
+        """One block with decoded-range caps (a large finite scale: no zero or Inf special case)."""
+        for j in range(bs):
+            t = _cap(xb[j] / m if use_div else xb[j] * m, lo, hi)
+            ob[j] = code_of(t, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
+
+    @njit(**NJ)
     def fused(xv, out, mult, kind, S, nb, bs, use_div, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg,
               caps):
         for bi in range(nb):
@@ -455,12 +462,9 @@ def _make_fused(width: int):
             elif kb == K_DIV:
                 for j in range(bs):
                     ob[j] = code_of(xb[j] / m, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
-            elif kb == K_CAP:  # decoded-range caps (a large finite scale: no zero or Inf special case)
-                lo = caps[2 * bi]
-                hi = caps[2 * bi + 1]
-                for j in range(bs):
-                    t = _cap(xb[j] / m if use_div else xb[j] * m, lo, hi)
-                    ob[j] = code_of(t, amask, thr, d0, d1, keep, nan_code, code_pos, code_neg)
+            elif kb == K_CAP:  # decoded-range caps: a separate kernel keeps this one small enough to vectorize
+                _capped(xb, ob, m, caps[2 * bi], caps[2 * bi + 1], bs, use_div, amask, thr, d0, d1, keep, nan_code,
+                        code_pos, code_neg)
             else:  # zero scale (signed zero, NaN stays) or a reciprocal that overflowed (0 * inf stays 0)
                 for j in range(bs):
                     v = xb[j]
