@@ -44,19 +44,17 @@ class QuantizedTensor:
         """uint8, two codes per byte along the last axis: element 2i in the low nibble, 2i+1 in the high nibble."""
         if self.fmt.element.bits > 4:
             raise InputError(f"packed(): format '{self.fmt.name}' has {self.fmt.element.bits}-bit codes; only <= 4 pack")
+        from fp4lab.layout import pack_nibbles_reference, pack_nibbles_torch
+
         if isinstance(self.codes, np.ndarray):
-            from fp4lab.emulator.pack import pack_nibbles
-
-            return pack_nibbles(self.codes)
-        from fp4lab.kernels.pack import pack_nibbles_torch
-
+            return pack_nibbles_reference(self.codes)
         return pack_nibbles_torch(self.codes)
 
     def swizzled_scale_codes(self) -> Any:
         """Scale codes in the cuBLAS/CUTLASS 128x4 layout (flat), for a 2-D tensor blocked along its last axis."""
         if self.codes.ndim != 2 or self.axis != 1 or self.fmt.block is None or self.fmt.block.is_2d:
             raise InputError("swizzled_scale_codes(): needs a 2-D tensor with 1-D blocks along its last axis")
-        from fp4lab.emulator.swizzle import swizzle_scales
+        from fp4lab.layout import swizzle_scales
 
         if isinstance(self.scale_codes, np.ndarray):
             return swizzle_scales(self.scale_codes)

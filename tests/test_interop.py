@@ -14,7 +14,7 @@ import torch
 
 import fp4lab
 from fp4lab import interop
-from fp4lab.emulator.swizzle import swizzle_scales
+from fp4lab.layout import swizzle_scales
 from fp4lab.errors import Fp4labError, InputError
 from fp4lab.formats.quant_format import QuantFormat
 

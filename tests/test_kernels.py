@@ -258,7 +258,7 @@ def test_gemm_errors():
 
 
 def test_swizzle_128x4_layout():
-    from fp4lab.kernels.pack import swizzle_scales_128x4, unpack_nibbles_torch
+    from fp4lab.layout import swizzle_scales_128x4, unpack_nibbles_torch
 
     s = torch.arange(130 * 6, dtype=torch.int32).reshape(130, 6)
     z = swizzle_scales_128x4(s)
@@ -266,7 +266,7 @@ def test_swizzle_128x4_layout():
     tiles = z.reshape(2, 2, 32, 4, 4)
     for r, c in ((0, 0), (37, 5), (129, 1), (100, 3)):
         assert int(tiles[r // 128, c // 4, r % 32, (r % 128) // 32, c % 4]) == int(s[r, c])
-    from fp4lab.emulator.swizzle import swizzle_scales
+    from fp4lab.layout import swizzle_scales
 
     assert np.array_equal(z.numpy(), swizzle_scales(s.numpy()))  # the torch and numpy layouts agree
     from fp4lab.kernels.quantize import quantize_triton

@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 # Lowest first. A node imports only nodes of strictly lower layers (never one of its own layer, never a higher one).
 LAYERS = [
     ["fp4lab.errors", "fp4lab.tables"],
-    ["fp4lab.formats"],
+    ["fp4lab.formats", "fp4lab.layout"],
     ["fp4lab.quantized", "fp4lab.testing"],
     ["fp4lab.emulator"],
     ["fp4lab.hwspec", "fp4lab.kernels"],
@@ -33,15 +33,9 @@ LAYERS = [
     ["fp4lab.cli", "fp4lab.study"],
 ]
 
-# Known upward edges, left out of both checks until they are fixed. QuantizedTensor (fp4lab.quantized) is the
-# value that fp4lab.emulator and fp4lab.kernels build, so they import it at module level; two of its convenience
-# methods call back up into them: ``packed()`` (fp4lab.emulator.pack, or fp4lab.kernels.pack for torch tensors)
-# and ``swizzled_scale_codes()`` (fp4lab.emulator.swizzle). Removing these edges means moving the nibble-packing
-# and swizzle helpers below fp4lab.quantized, which renames modules that tests and users import.
-KNOWN_UPWARD = {
-    ("fp4lab.quantized", "fp4lab.emulator"),
-    ("fp4lab.quantized", "fp4lab.kernels"),
-}
+# Known upward edges, left out of both checks until they are fixed (none: fp4lab.layout, below fp4lab.quantized,
+# holds the packing and swizzle layouts that QuantizedTensor.packed() and swizzled_scale_codes() need).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def _nodes() -> set[str]:

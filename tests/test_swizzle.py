@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4lab.emulator.swizzle import swizzle_scales, unswizzle_scales
+from fp4lab.layout import swizzle_scales, unswizzle_scales
 from fp4lab.errors import InputError
 
 

@@ -4,7 +4,7 @@ Packing (the only one used anywhere in fp4lab): two codes per byte along the las
 element 2i+1 in bits 4-7 (``QuantizedTensor.packed()``, torchao's ``pack_uint4``, torch ``float4_e2m1fn_x2``).
 Scale codes are the integers fp4lab stores (``qt.scale_codes``): uint8 for 8-bit scale formats, uint16 (or int16)
 bf16 bits, uint32 (or int32) fp32 bits; row-major in ``qt.scales``' shape, or the flat cuBLAS 128x4 layout of a
-2-D tensor (``swizzled=True``, fp4lab.emulator.swizzle).
+2-D tensor (``swizzled=True``, fp4lab.layout).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def unpack_codes(packed: Any) -> Any:
     if _is_torch(packed):
         import torch
 
-        from fp4lab.kernels.pack import unpack_nibbles_torch
+        from fp4lab.layout import unpack_nibbles_torch
 
         if packed.dtype not in (torch.uint8, torch.float4_e2m1fn_x2):
             raise InputError(f"unpack_codes: packed must be torch.uint8 or torch.float4_e2m1fn_x2, got {packed.dtype}")
@@ -47,7 +47,7 @@ _CODE_DTYPES = {1: ("uint8",), 2: ("uint16", "int16"), 4: ("uint32", "int32")}
 
 def unswizzle(scale_codes: Any, scale_shape: tuple[int, ...], what: str) -> Any:
     """Row-major scale codes of ``scale_shape`` (2-D) from the flat 128x4 layout, on the input's device."""
-    from fp4lab.emulator.swizzle import unswizzle_scales
+    from fp4lab.layout import unswizzle_scales
 
     if len(scale_shape) != 2:
         raise InputError(f"{what}: swizzled scales need a 2-D tensor, got one with scales of shape {scale_shape}")

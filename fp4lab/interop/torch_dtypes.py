@@ -82,7 +82,7 @@ def to_torch(qt: QuantizedTensor, *, swizzle: bool = False) -> TorchCodes:
     import torch
 
     from fp4lab.emulator.quantize import check_quantized, tensor_scale_value
-    from fp4lab.kernels.pack import pack_nibbles_torch
+    from fp4lab.layout import pack_nibbles_torch
 
     check_quantized(qt, "to_torch")
     fmt = qt.fmt
@@ -103,7 +103,7 @@ def to_torch(qt: QuantizedTensor, *, swizzle: bool = False) -> TorchCodes:
             require_1d_last_axis(fmt, len(qt.shape), qt.axis, "to_torch", "the 128x4 swizzled layout")
             if len(qt.shape) != 2:
                 raise InputError(f"to_torch: swizzle=True needs a 2-D tensor, got shape {qt.shape}")
-            from fp4lab.kernels.pack import swizzle_scales_128x4
+            from fp4lab.layout import swizzle_scales_128x4
 
             bits = swizzle_scales_128x4(bits)
         scale = bits.view(getattr(torch, sdt))

@@ -576,7 +576,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
     ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
     scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
-    ``pack.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]); ``sr_bits``: random bits per element of SR
+    ``fp4lab.layout.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]); ``sr_bits``: random bits per element of SR
     (``fp4lab.emulator.philox.sr_random_bits_reference``).
     """
     import torch
@@ -676,7 +676,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None
     if swizzle:
-        from fp4lab.kernels.pack import swizzle_scales_128x4
+        from fp4lab.layout import swizzle_scales_128x4
 
         if len(shape) != 2 or view.axis != 1 or two_d or not sp.method:
             raise InputError("quantize: swizzle=True needs a 2-D input with 1-D blocks along its last axis")
