@@ -61,7 +61,7 @@ def test_compare_auto_backend_threshold():
     assert run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[0], shape=(4, 32)))[
         "config"]["backend"] == "reference"
     with pytest.raises(ValueError, match="backend must be one of auto, reference, emulator"):
-        choose_backend(CompareConfig(backend="gpu"), 1)
+        run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[0], shape=(4, 32), backend="gpu"))
 
 
 def test_compare_rejects_bad_rht():

@@ -151,8 +151,6 @@ def _evaluate(x: np.ndarray, fmt: Any, rht: int | None, rht_seed: int, rounding:
 
 def choose_backend(config: CompareConfig, input_elements: int) -> str:
     """The backend that runs ``config`` whose inputs hold ``input_elements`` elements in all (module docstring)."""
-    if config.backend not in BACKENDS:
-        raise InputError(f"compare: backend must be one of {', '.join(BACKENDS)}, got {config.backend!r}"[:200])
     if config.backend != "auto":
         return config.backend
     total = input_elements * len(config.formats) * len(config.rht)
@@ -192,6 +190,8 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
     for r in config.rht:
         if r not in (0, 16, 32, 64, 128, 256):
             raise InputError(f"compare: RHT size {r} is not allowed; use 0 (none), 16, 32, 64, 128 or 256")
+    if config.backend not in BACKENDS:  # before any input is loaded
+        raise InputError(f"compare: backend must be one of {', '.join(BACKENDS)}, got {config.backend!r}"[:200])
     inputs = [load_input(spec, tuple(config.shape), config.seed) for spec in config.inputs]
     backend = choose_backend(config, sum(x.size for _, x in inputs))
     results: list[dict[str, Any]] = []

@@ -21,9 +21,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _colors(recipes: set[str]) -> dict[str, Any]:
+def _colors(plt: Any, recipes: set[str]) -> dict[str, Any]:
     """One colour per recipe name (sorted order, matplotlib's tab10 then tab20), the same in every panel."""
-    plt = _pyplot()
     names = sorted(recipes)
     cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
@@ -37,7 +36,7 @@ def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
     sizes = sorted({r.size for r in done}, key=lambda s: next(r.params for r in done if r.size == s))
     if not sizes:
         return
-    color = _colors({r.recipe for r in done})
+    color = _colors(plt, {r.recipe for r in done})
     fig, axes = plt.subplots(2, len(sizes), figsize=(5 * len(sizes), 7), squeeze=False)
     for col, size in enumerate(sizes):
         curves: dict[str, list] = defaultdict(list)
@@ -70,7 +69,7 @@ def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
     plt = _pyplot()
     if not gap_rows:
         return
-    color = _colors({g["recipe"] for g in gap_rows})
+    color = _colors(plt, {g["recipe"] for g in gap_rows})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), squeeze=False)
     for ax, metric in zip(axes[0], ("train", "heldout")):
         by: dict[str, list] = defaultdict(list)
