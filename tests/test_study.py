@@ -449,3 +449,28 @@ def test_cli(monkeypatch, tmp_path, corpus_dir, capsys):
     assert _cli(monkeypatch, "study", str(tmp_path / "study" / "plan.toml"), "--status", "--sizes", "small") == 0
     assert "0 of 18 runs done" in capsys.readouterr().out
     assert _cli(monkeypatch, "summarize", str(tmp_path / "r"), "--no-plots") == 0
+
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+RUNTIME_FIELDS = {"out", "progress", "device", "deterministic"}
+
+
+@pytest.mark.parametrize("plan, runs", [("plan_h200_small.toml", "h200-small/runs"),
+                                        ("plan_h200_middle.toml", "h200-middle/runs")])
+def test_published_runs_are_those_of_their_plan(plan, runs):
+    """Every run of a published plan is in docs/results, finished, with the plan's settings, and nothing else is."""
+    planned = driver.load_plan(RESULTS / plan, out=RESULTS / runs)
+    published = {p.parent for p in (RESULTS / runs).rglob("config.json")}
+    assert published == {Path(r.cfg.out) for r in planned}
+    for r in planned:
+        assert run_status(r.cfg.out) == "done", r.label
+        logged = json.loads(Path(r.cfg.out, "config.json").read_text())["config"]
+        want = {k: v for k, v in json.loads(json.dumps(r.cfg.__dict__, default=list)).items()
+                if k not in RUNTIME_FIELDS}
+        defaults = json.loads(json.dumps(TrainConfig(out="x").__dict__, default=list))
+        got = {k: logged.get(k, defaults[k]) for k in want}  # fields newer than a run have their default
+        got["recipe"] = Path(got["recipe"]).name
+        want["recipe"] = Path(want["recipe"]).name
+        if want["model"] is None:  # the size's default shape
+            want["model"] = json.loads(json.dumps(SIZES[r.size].__dict__))
+        assert got == want, r.label
