@@ -13,7 +13,7 @@ Element rounding (deterministic modes) is ``count(t >= thr)`` over a threshold t
 
 Float grids ExMy (subnormals, no specials, sign-magnitude codes, every value an fp32 normal) take a bit-arithmetic
 fast path (``fbits``) for rtne and sr instead of the tables: see ``tile.encode_fbits_det``/``encode_fbits_sr``.
-It is enabled only after ``fbits_det``/``fbits_sr`` (numpy twins of those kernel formulas) reproduced
+It is enabled only after ``fp4lab.emulator.fbits`` (numpy twins of those kernel formulas) reproduced
 ``encode_elements`` on every threshold and level and their fp32 neighbours, plus random data.
 
 Stochastic rounding always uses the signed levels (``p = (t - lo) / (hi - lo)`` is not sign-symmetric in fp32).
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fp4lab.emulator.fbits import fbits_ok
 from fp4lab.errors import InputError
 from fp4lab.formats.grids import FloatGrid, IntGrid
 from fp4lab.formats.quant_format import QuantFormat
@@ -69,89 +70,6 @@ class ElementParams:
     def fbits_key(self) -> int:
         """The kernels' FB constexpr: 0 off, else 1 | m << 1 | (emin + 128) << 5 | cmax << 13."""
         return (1 | self.fb_m << 1 | (self.fb_emin + 128) << 5 | self.fb_cmax << 13) if self.fbits else 0
-
-
-def _u32(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a, F32).view(np.uint32).astype(np.int64)
-
-
-def fbits_det(t: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
-    """Magnitude code of RTNE(|t|) on an ExMy grid (m mantissa bits, smallest normal 2^emin), saturated at cmax,
-    as the kernel computes it. With u = 2^(emin - m) (the finest spacing) and B = 2^(emin - m + 23) (an fp32
-    whose ulp is u), each binade j = 0 .. nb - 2 of spacing u * 2^j (j = 0 also covers the subnormals) gives a
-    candidate: the fp32 sum |t| * 2^-j + (B + j * 2^m * u) rounds (RTNE, once: the product is exact) to a whole
-    number of u, and its bits minus B's are the code that rounding |t| at that binade's spacing gives. Every
-    candidate is >= the true (unsaturated) code and the one of |t|'s own binade equals it; above the largest
-    level every candidate is >= cmax. So the code is min(candidates, cmax)."""
-    a = np.abs(np.asarray(t, F32))
-    u = 2.0 ** (emin - m)
-    big = F32(2.0 ** (emin - m + 23))
-    nb = (cmax + 1) >> m
-    code = _u32(big) + cmax
-    with np.errstate(invalid="ignore", over="ignore"):
-        for j in range(nb - 1):
-            c = _u32((a * F32(2.0 ** -j)).astype(F32) + F32(big + j * (1 << m) * u))
-            code = np.minimum(code, c)
-    return code - _u32(big)
-
-
-def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
-    """Magnitude code of SR(t) on an ExMy grid, as the kernel computes it from |t|'s bits: lo_m = |t| truncated
-    to the grid (0 below the smallest step), gap = 2^(E - m) with E = max(exponent(|t|), emin), the signed
-    neighbours (lo_m, lo_m + gap) or (-(lo_m + gap), -lo_m), p = (t - lo) * (1 / gap) (exact: gap is a power of
-    two), up iff floor(p * 2^24) > rand24; |t| >= the largest level (lo_m's code >= cmax) gives cmax."""
-    t = np.asarray(t, F32)
-    a = np.abs(t)
-    b = _u32(a)
-    eb = b >> 23
-    E = np.maximum(eb, 127 + emin)
-    sh = np.minimum(23 - m + (E - eb), 31)
-    sp = F32(2.0 ** (emin - m))
-    lo_bits = np.where(a < sp, 0, (b >> sh) << sh)
-    lo_m = lo_bits.astype(np.uint32).view(F32)
-    gap = ((E - m) << 23).astype(np.uint32).view(F32)
-    ig = ((254 - E + m) << 23).astype(np.uint32).view(F32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        hi_m = (lo_m + gap).astype(F32)
-        neg = t < 0
-        lo = np.where(neg, -hi_m, lo_m).astype(F32)
-        p = ((t - lo).astype(F32) * ig).astype(F32)
-        f24 = np.where(np.isfinite(p), p * F32(16777216.0), 0).astype(np.int64)
-    up = f24 > np.asarray(rand24, np.int64)
-    sub = a < F32(2.0 ** emin)
-    w = np.where(sub, (lo_m + F32(2.0 ** emin)).astype(F32), lo_m)
-    c_lo = (_u32(w) >> (23 - m)) - ((127 + emin - 1) << m) - np.where(sub, 1 << m, 0)
-    return np.where(c_lo >= cmax, cmax, c_lo + (up != neg))
-
-
-def _fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: np.ndarray) -> bool:
-    """True when fbits_det (rtne) and fbits_sr give encode_elements' codes on levels, thresholds, their fp32
-    neighbours and random data, both signs (NaN/overflow policies apply afterwards in both)."""
-    from fp4lab.emulator.ref_encode import encode_elements
-
-    g = fmt.element
-    rng = np.random.default_rng(0)
-    pts = np.concatenate([g.levels.astype(F32), thr.astype(F32), [F32(2.0 ** (emin - m - 1)), F32(1e-30), 0.0]])
-    pts = np.abs(pts).astype(F32)
-    near = [pts]
-    for _ in range(3):
-        near.append(np.nextafter(near[-1], F32(np.inf)).astype(F32))
-    down = [pts]
-    for _ in range(3):
-        down.append(np.nextafter(down[-1], F32(0)).astype(F32))
-    rnd = (rng.standard_normal(4000) * np.exp2(rng.integers(-12, 6, 4000))).astype(F32)
-    mags = np.concatenate(near + down + [np.abs(rnd), np.abs(rng.uniform(0, 2 * vmax, 4000)).astype(F32)]).astype(F32)
-    t = np.concatenate([mags, -mags]).astype(F32)
-    sign = np.where(np.signbit(t), 1 << (g.bits - 1), 0)
-    kw = dict(nan_policy="zero", overflow="saturate", signed_zero="keep")
-    if not np.array_equal(fbits_det(t, m, emin, cmax) | sign, encode_elements(t, g, "rtne", **kw).astype(np.int64)):
-        return False
-    for r in (np.zeros(t.size), np.full(t.size, (1 << 24) - 1), rng.integers(0, 1 << 24, t.size)):
-        r = r.astype(np.int64)
-        got = fbits_sr(t, r, m, emin, cmax) | sign
-        if not np.array_equal(got, encode_elements(t, g, "sr", r.astype(np.uint32), **kw).astype(np.int64)):
-            return False
-    return True
 
 
 _CACHE: dict[tuple, object] = {}
@@ -225,7 +143,7 @@ def _element_params(fmt: QuantFormat, mode: str) -> ElementParams:
             and g.specials == "none" and sign_or == 1 << (g.bits - 1)):
         m, emin = g.mantissa_bits, 1 - g.exponent_bias
         cmax, vmax = (1 << (g.bits - 1)) - 1, float(lv[-1])
-        if m >= 1 and emin - m >= -125 and vmax < 2.0 ** 126 and _fbits_ok(fmt, m, emin, cmax, vmax, g.thresholds("rtne")):
+        if m >= 1 and emin - m >= -125 and vmax < 2.0 ** 126 and fbits_ok(fmt, m, emin, cmax, vmax, g.thresholds("rtne")):
             fb = (m, emin, cmax)
     return ElementParams(
         path=path, thr=np.ascontiguousarray(mthr), ctab=mtab, half=half, sign_or=sign_or,

@@ -215,7 +215,7 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL
 @triton.jit
 def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
     """RTNE codes of fp32 ``t`` on an ExMy float grid, the minimum over binades of magic-number roundings
-    (params.fbits_det is the numpy twin and states the argument): magnitude code | sign * SIGN_OR. NaN/overflow
+    (emulator.fbits.fbits_det is the numpy twin and states the argument): magnitude code | sign * SIGN_OR. NaN/overflow
     policies are applied by the caller. FB = params.fbits_key. ``tl.fma`` is safe in the interpreter here: its
     product is exact (a power-of-two multiple), so one rounding equals the interpreter's two."""
     FB_M: tl.constexpr = (FB >> 1) & 15
@@ -240,7 +240,7 @@ def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.cons
 
 @triton.jit
 def encode_fbits_sr(t, rand24, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
-    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (params.fbits_sr is the
+    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (emulator.fbits.fbits_sr is the
     numpy twin): |t| truncated to the grid gives lo_m and the power-of-two gap, so p = (t - lo) * (1 / gap) is
     the exact quotient of the reference; magnitude code | sign * SIGN_OR."""
     FB_M: tl.constexpr = (FB >> 1) & 15
