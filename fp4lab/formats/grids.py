@@ -23,9 +23,10 @@ from functools import cached_property
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fp4lab.formats.base import SpecModel, check_text
+from fp4lab.formats.floats import FloatSpecials, FloatFormat, float_format_of
 from fp4lab.errors import SpecError
 
 RoundingMode = Literal["rtne", "rtna", "rtnz", "rtz", "rtp", "rtm", "sr"]
@@ -241,12 +242,13 @@ class _GridBase(SpecModel):
 
 
 class FloatGrid(_GridBase):
-    """Sign-magnitude float with ``exponent_bits`` and ``mantissa_bits`` (ExMy).
+    """Sign-magnitude float with ``exponent_bits`` and ``mantissa_bits`` (ExMy), decoded by its ``FloatFormat``.
 
     Value of a code with biased exponent E and mantissa M: ``(1 + M/2^m) * 2^(E-bias)`` for E > 0, and
     ``(M/2^m) * 2^(1-bias)`` for E = 0 (subnormal; flushed to 0 if ``subnormals`` is false).
     ``specials``: ``none`` = every code finite (OCP FP4/FP6, E2M1); ``fn`` = only the all-ones exponent and
-    mantissa code is NaN (E4M3FN); ``ieee`` = the all-ones exponent holds Inf (M = 0) and NaN (M != 0).
+    mantissa code is NaN (E4M3FN); ``fnuz`` = no Inf and no -0, the negative-zero code is NaN (E4M3FNUZ,
+    E5M2FNUZ); ``ieee`` = the all-ones exponent holds Inf (M = 0) and NaN (M != 0).
     """
 
     kind: Literal["float"] = "float"
@@ -256,11 +258,16 @@ class FloatGrid(_GridBase):
                              description="Exponent bias; default 2**(exponent_bits-1) - 1.")
     signed: bool = True
     subnormals: bool = True
-    specials: Literal["none", "fn", "ieee"] = "none"
+    specials: FloatSpecials = "none"
 
     @property
     def bits(self) -> int:
         return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @cached_property
+    def float_format(self) -> FloatFormat:
+        """The encoding alone (``subnormals = false`` is ``zero_exponent = "flush"``)."""
+        return float_format_of(self)
 
     @property
     def exponent_bias(self) -> int:
@@ -270,28 +277,15 @@ class FloatGrid(_GridBase):
     def _validate(self) -> "FloatGrid":
         if self.bits > 16:
             raise ValueError(f"float grid E{self.exponent_bits}M{self.mantissa_bits}: at most 16 bits in all")
+        try:
+            _ = self.float_format
+        except ValidationError as err:  # one line: the encoding's first complaint
+            raise ValueError(err.errors()[0]["msg"].removeprefix("Value error, ")) from None
         self._check_levels()
         return self
 
     def _decode(self) -> np.ndarray:
-        e, m, bias = self.exponent_bits, self.mantissa_bits, self.exponent_bias
-        emax_field, mmax = (1 << e) - 1, (1 << m) - 1
-        out = np.empty(self.n_codes, dtype=np.float64)
-        for code in range(self.n_codes):
-            sign = -1.0 if (self.signed and code >> (e + m)) else 1.0
-            E, M = (code >> m) & emax_field, code & mmax
-            if self.specials == "ieee" and E == emax_field:
-                out[code] = sign * np.inf if M == 0 else np.nan
-                continue
-            if self.specials == "fn" and E == emax_field and M == mmax:
-                out[code] = np.nan
-                continue
-            if E == 0:
-                mag = (M / (1 << m)) * 2.0 ** (1 - bias) if self.subnormals else 0.0
-            else:
-                mag = (1.0 + M / (1 << m)) * 2.0 ** (E - bias)
-            out[code] = sign * mag
-        return out
+        return self.float_format.decode(np.arange(self.n_codes))
 
     def _non_encodable_codes(self) -> set[int]:
         if self.subnormals:

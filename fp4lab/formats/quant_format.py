@@ -24,12 +24,16 @@ NAMED_GRIDS: dict[str, dict[str, Any]] = {
     "e3m2": dict(kind="float", name="e3m2", exponent_bits=3, mantissa_bits=2, bias=3),
     "e4m3": dict(kind="float", name="e4m3", exponent_bits=4, mantissa_bits=3, bias=7, specials="fn"),
     "e5m2": dict(kind="float", name="e5m2", exponent_bits=5, mantissa_bits=2, bias=15, specials="ieee"),
+    "e4m3fnuz": dict(kind="float", name="e4m3fnuz", exponent_bits=4, mantissa_bits=3, bias=8, specials="fnuz"),
+    "e5m2fnuz": dict(kind="float", name="e5m2fnuz", exponent_bits=5, mantissa_bits=2, bias=16, specials="fnuz"),
 }
 NAMED_SCALES: dict[str, dict[str, Any]] = {
     "e8m0": dict(kind="pow2", name="e8m0", exponent_bits=8, bias=127),
     "ue4m3": dict(kind="float", name="ue4m3", exponent_bits=4, mantissa_bits=3, bias=7, specials="fn"),
     "e4m3": dict(kind="float", name="e4m3", exponent_bits=4, mantissa_bits=3, bias=7, signed=True, specials="fn"),
     "ue5m3": dict(kind="float", name="ue5m3", exponent_bits=5, mantissa_bits=3, bias=15, specials="fn"),
+    "e4m3fnuz": dict(kind="float", name="e4m3fnuz", exponent_bits=4, mantissa_bits=3, bias=8, signed=True,
+                     specials="fnuz"),
     "fp32": dict(kind="fp32", name="fp32"),
     "bf16": dict(kind="bf16", name="bf16"),
 }

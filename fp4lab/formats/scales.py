@@ -15,21 +15,25 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fp4lab.formats.base import SpecModel, check_text
+from fp4lab.formats.floats import FloatFormat, FloatSpecials, float_format_of
 from fp4lab.formats.grids import FloatGrid
+
+ScaleKind = Literal["pow2", "float", "fp32", "bf16"]
+TABLE_KINDS: tuple[str, ...] = ("pow2", "float")  # narrow codes that index a table of decoded values
 
 
 class ScaleFormat(SpecModel):
     """Storage format of a scale; ``kind`` selects the family (see module docstring)."""
 
 
-    kind: Literal["pow2", "float", "fp32", "bf16"]
+    kind: ScaleKind
     name: str | None = Field(default=None, max_length=64)
     exponent_bits: int = Field(default=8, ge=1, le=8)
     mantissa_bits: int = Field(default=0, ge=0, le=7)
     bias: int | None = Field(default=None, ge=-300, le=300)
     signed: bool = False
     subnormals: bool = True
-    specials: Literal["none", "fn", "ieee"] = "fn"
+    specials: FloatSpecials = "fn"
 
     @field_validator("name")
     @classmethod
@@ -53,6 +57,19 @@ class ScaleFormat(SpecModel):
             except ValidationError as err:  # one line: the nested grid's first complaint
                 raise ValueError(err.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
+
+    @property
+    def tabulated(self) -> bool:
+        """Whether codes index a table of decoded values (``TABLE_KINDS``: pow2, float), ``decode(arange(
+        n_codes))``; fp32 / bf16 codes are the IEEE bit patterns themselves."""
+        return self.kind in TABLE_KINDS
+
+    @property
+    def n_codes(self) -> int:
+        """Number of codes of a tabulated format: 2^exponent_bits (pow2), 2^bits (float)."""
+        if not self.tabulated:
+            raise TypeError(f"scale format kind '{self.kind}' has no code table")
+        return 1 << (self.exponent_bits if self.kind == "pow2" else self.bits)
 
     @property
     def bits(self) -> int:
@@ -86,6 +103,17 @@ class ScaleFormat(SpecModel):
             subnormals=self.subnormals,
             specials=self.specials,
         )
+
+    @cached_property
+    def float_format(self) -> FloatFormat:
+        """The encoding as a ``FloatFormat``: ``pow2`` is an unsigned ExM0 whose E = 0 binade is 2^-bias (no zero)
+        with the all-ones code NaN (OCP E8M0); ``fp32`` and ``bf16`` are IEEE E8M23 and E8M7."""
+        if self.kind == "float":
+            return float_format_of(self)
+        if self.kind == "pow2":
+            return FloatFormat(exponent_bits=self.exponent_bits, mantissa_bits=0, bias=self.exponent_bias,
+                               signed=False, zero_exponent="normal", specials="fn")
+        return FloatFormat(exponent_bits=8, mantissa_bits=23 if self.kind == "fp32" else 7, specials="ieee")
 
     @property
     def pow2_nan_code(self) -> int:

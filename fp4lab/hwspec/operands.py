@@ -1,7 +1,8 @@
 """Operand number formats that tensor-core instructions read and write (A/B inputs, C/D accumulators, scales).
 
 These are the *hardware* encodings named in PTX / AMD ISA (bf16, f16, tf32, e4m3, e5m2, e3m2, e2m3, e2m1, the
-CDNA3 FNUZ fp8s, ue8m0, ue4m3, f32). The MMA models only need, per format: the exponent ``emin`` that a
+CDNA3 FNUZ fp8s, ue8m0, ue4m3, f32). Each float one is a ``fp4lab.formats.floats.FloatFormat``, the description
+the registry's element grids and scale formats use too. The MMA models read from it the exponent ``emin`` that a
 subnormal keeps (the decode rule ``x = s * 2**e`` with ``1 <= |s| < 2``, or ``e = emin`` and ``|s| < 1``), the
 number of fraction bits, the largest finite value and which specials exist. A proposed element grid (E1M2, INT4,
 any value table) is not an operand format: block-scaled kinds take it as a values table (see hwspec/mma.py).
@@ -10,99 +11,112 @@ any value table) is not an operand format: block-scaled kinds take it as a value
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fp4lab.errors import InputError
 
 import numpy as np
+
+from fp4lab.errors import InputError
+from fp4lab.formats.floats import FloatFormat
 
 
 @dataclass(frozen=True)
 class OperandFormat:
-    """A binary floating-point operand format: ``exp_bits`` exponent bits, ``man_bits`` fraction bits, ``bias``.
+    """A hardware operand format: a binary float (``encoding``, ``fp4lab.formats.FloatFormat``) or, for INT4, a
+    two's-complement integer of ``int_bits`` bits (``encoding`` None).
 
-    ``specials``: "ieee" (Inf and NaN), "fn" (NaN only, e4m3's all-ones code), "fnuz" (NaN is the -0 code, no
-    Inf), "none". ``signed=False`` for the unsigned scale formats. ``max_finite`` is the largest finite value.
+    ``container_bits``: codes come in this many bits and the bits above the format's own are ignored (UE4M3 in a
+    byte). The float fields (``exp_bits``, ``man_bits``, ``bias``, ``specials``, ``signed``, ``subnormals``,
+    ``max_finite``, ``emin``) read the encoding; for INT4 ``man_bits`` is the value bits (3) and ``emin`` 0.
     """
 
     name: str
-    exp_bits: int
-    man_bits: int
-    bias: int
-    specials: str
-    max_finite: float
-    signed: bool = True
-    subnormals: bool = True
-    integer: bool = False  # two's-complement integer grid (INT4): man_bits = value bits, exp_bits = 0
-    container_bits: int = 0  # codes come in this many bits and the bits above the format's own are ignored
+    encoding: FloatFormat | None
+    int_bits: int = 0
+    container_bits: int = 0
+
+    @property
+    def integer(self) -> bool:
+        return self.encoding is None
+
+    @property
+    def exp_bits(self) -> int:
+        return 0 if self.encoding is None else self.encoding.exponent_bits
+
+    @property
+    def man_bits(self) -> int:
+        return self.int_bits - 1 if self.encoding is None else self.encoding.mantissa_bits
+
+    @property
+    def bias(self) -> int:
+        return 0 if self.encoding is None else self.encoding.exponent_bias
+
+    @property
+    def specials(self) -> str:
+        return "none" if self.encoding is None else self.encoding.specials
+
+    @property
+    def signed(self) -> bool:
+        return True if self.encoding is None else self.encoding.signed
+
+    @property
+    def subnormals(self) -> bool:
+        """False only for UE8M0/E8M0, whose E = 0 code is 2^-127 (no zero, no subnormal)."""
+        return self.encoding is None or self.encoding.zero_exponent == "subnormal"
+
+    @property
+    def max_finite(self) -> float:
+        return float((1 << (self.int_bits - 1)) - 1) if self.encoding is None else self.encoding.max_finite
 
     @property
     def emin(self) -> int:
         """Exponent of the smallest normal; subnormals keep this exponent with a significand below 1."""
-        if self.integer:
-            return 0
-        return 1 - self.bias if self.subnormals else -self.bias
+        return 0 if self.encoding is None else self.encoding.emin
 
     @property
     def has_inf(self) -> bool:
-        return self.specials == "ieee"
+        return self.encoding is not None and self.encoding.has_inf
 
     @property
     def has_nan(self) -> bool:
-        return self.specials != "none"
+        return self.encoding is not None and self.encoding.has_nan
 
     def representable(self, x: np.ndarray) -> np.ndarray:
         """Boolean mask: which float64 values are exactly representable (specials only where the format has them)."""
         x = np.asarray(x, dtype=np.float64)
-        if self.integer:
+        if self.encoding is None:
             lo, hi = -(1 << self.man_bits), (1 << self.man_bits) - 1
             return np.isfinite(x) & (x == np.round(x)) & (x >= lo) & (x <= hi)
-        ax = np.abs(x)
-        finite = np.isfinite(x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            _, e2 = np.frexp(np.where(finite & (ax > 0), ax, 1.0))
-            e = np.maximum(e2 - 1, self.emin)
-            if not self.subnormals:
-                e = e2 - 1
-            scaled = np.ldexp(ax, (self.man_bits - e).astype(np.int64))
-        ok = finite & (scaled == np.floor(scaled)) & (ax <= self.max_finite)
-        if not self.subnormals:
-            ok &= ax >= 2.0**self.emin
-        if not self.signed:
-            ok &= ~np.signbit(x) | (x == 0)
-        if self.subnormals:  # formats without subnormals here (e8m0) have no zero either
-            ok |= (ax == 0) & finite
-        if self.has_nan:
-            ok |= np.isnan(x)
-        if self.has_inf:
-            ok |= np.isinf(x)
-        return ok
+        return self.encoding.representable(x)
 
 
-def _f(name: str, e: int, m: int, bias: int | None, specials: str, max_finite: float, **kw) -> OperandFormat:
-    return OperandFormat(name, e, m, (1 << (e - 1)) - 1 if bias is None else bias, specials, max_finite, **kw)
+def _f(name: str, e: int, m: int, bias: int | None, specials: str, *, signed: bool = True,
+       zero_exponent: str = "subnormal", container_bits: int = 0) -> OperandFormat:
+    return OperandFormat(name, FloatFormat(exponent_bits=e, mantissa_bits=m, bias=bias, signed=signed,
+                                           zero_exponent=zero_exponent, specials=specials),
+                         container_bits=container_bits)
 
 
 OPERAND_FORMATS: dict[str, OperandFormat] = {
     f.name: f
     for f in (
-        _f("f32", 8, 23, None, "ieee", float(np.finfo(np.float32).max)),
-        _f("tf32", 8, 10, None, "ieee", (2 - 2.0**-10) * 2.0**127),
-        _f("bf16", 8, 7, None, "ieee", (2 - 2.0**-7) * 2.0**127),
-        _f("f16", 5, 10, None, "ieee", 65504.0),
-        _f("e4m3", 4, 3, None, "fn", 448.0),
-        _f("e5m2", 5, 2, None, "ieee", 57344.0),
-        _f("e3m2", 3, 2, None, "none", 28.0),
-        _f("e2m3", 2, 3, None, "none", 7.5),
-        _f("e2m1", 2, 1, None, "none", 6.0),
-        _f("e1m2", 1, 2, 1, "none", 1.75),  # uniform grid {0, 0.25, ..., 1.75} (UFP4 element)
-        OperandFormat("int4", 0, 3, 0, "none", 7.0, integer=True),
-        _f("e4m3fnuz", 4, 3, 8, "fnuz", 240.0),
-        _f("e5m2fnuz", 5, 2, 16, "fnuz", 57344.0),
+        _f("f32", 8, 23, None, "ieee"),
+        _f("tf32", 8, 10, None, "ieee"),
+        _f("bf16", 8, 7, None, "ieee"),
+        _f("f16", 5, 10, None, "ieee"),
+        _f("e4m3", 4, 3, None, "fn"),
+        _f("e5m2", 5, 2, None, "ieee"),
+        _f("e3m2", 3, 2, None, "none"),
+        _f("e2m3", 2, 3, None, "none"),
+        _f("e2m1", 2, 1, None, "none"),
+        _f("e1m2", 1, 2, 1, "none"),  # uniform grid {0, 0.25, ..., 1.75} (UFP4 element)
+        OperandFormat("int4", None, int_bits=4),
+        _f("e4m3fnuz", 4, 3, 8, "fnuz"),
+        _f("e5m2fnuz", 5, 2, 16, "fnuz"),
         # scales: ue8m0 is 2**(x-127), x = 0..254 (no zero, no subnormal), 0xFF NaN; ue4m3 is e4m3 without sign.
-        _f("ue8m0", 8, 0, 127, "fn", 2.0**127, signed=False, subnormals=False),
+        _f("ue8m0", 8, 0, 127, "fn", signed=False, zero_exponent="normal"),
         # ue4m3: 7 bits in a byte; bit 7 is padding, ignored (masked) as the PTX ISA describes and MMA-Sim does
         # (truncate_e4m3_to_ue4m3: code & 0x7F). So 0xB8 is 1.0 like 0x38, and 0xFF is NaN like 0x7F.
-        _f("ue4m3", 4, 3, None, "fn", 448.0, signed=False, container_bits=8),
-        _f("e8m0", 8, 0, 127, "fn", 2.0**127, signed=False, subnormals=False),
+        _f("ue4m3", 4, 3, None, "fn", signed=False, container_bits=8),
+        _f("e8m0", 8, 0, 127, "fn", signed=False, zero_exponent="normal"),
     )
 }
 
@@ -129,23 +143,4 @@ def decode_codes(codes: np.ndarray, fmt: OperandFormat) -> np.ndarray:
     width = max(nbits, fmt.container_bits)
     if codes.size and (codes.min() < 0 or codes.max() >= (1 << width)):
         raise InputError(f"codes for {fmt.name} must be in [0, {1 << width}), got [{codes.min()}, {codes.max()}]")
-    codes = codes & ((1 << nbits) - 1)  # padding bits above the format's own (ue4m3 bit 7) are ignored
-    mag = codes & ((1 << (fmt.exp_bits + fmt.man_bits)) - 1)
-    ebits = mag >> fmt.man_bits
-    mbits = mag & ((1 << fmt.man_bits) - 1)
-    if fmt.man_bits == 0:  # ue8m0 / e8m0: pure powers of two
-        v = np.ldexp(1.0, (ebits - fmt.bias).astype(np.int64))
-    else:
-        normal = np.ldexp(1.0 + mbits / (1 << fmt.man_bits), (ebits - fmt.bias).astype(np.int64))
-        sub = np.ldexp(mbits / (1 << fmt.man_bits), fmt.emin)
-        v = np.where(ebits == 0, sub, normal)
-    if fmt.signed:
-        v = np.where((codes >> (nbits - 1)) & 1, -v, v)
-    allones = (1 << (fmt.exp_bits + fmt.man_bits)) - 1
-    if fmt.specials == "fn":
-        v = np.where(mag == allones, np.nan, v)
-    elif fmt.specials == "ieee":
-        v = np.where(ebits == (1 << fmt.exp_bits) - 1, np.where(mbits == 0, np.copysign(np.inf, v), np.nan), v)
-    elif fmt.specials == "fnuz":
-        v = np.where(codes == (1 << (nbits - 1)), np.nan, v)
-    return v
+    return fmt.encoding.decode(codes & ((1 << nbits) - 1))  # bits above the format's own (ue4m3 bit 7) ignored
