@@ -153,7 +153,7 @@ def _vary(fmt: QuantFormat, data: st.DataObject) -> QuantFormat:
     """Also draw the TransformerEngine-style options (signed zero, "encode" scale arithmetic)."""
     d = fmt.model_dump()
     d["signed_zero"] = data.draw(st.sampled_from(["keep", "positive"]))
-    if d["scale_rule"]["method"] in ("amax", "rceil") and data.draw(st.booleans()):
+    if fmt.scale_rule.family == "amax" and data.draw(st.booleans()):
         d["scale_rule"]["scale_arithmetic"] = "encode"
     try:
         return QuantFormat.model_validate(d)

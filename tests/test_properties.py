@@ -22,8 +22,11 @@ from fp4lab.emulator.pack import unpack_nibbles
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale
 from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.formats import BlockLayout, FloatGrid, QuantFormat, ScaleRule, model_to_toml
+from fp4lab.formats.rules import AMAX_METHODS, OCP_METHODS
 from fp4lab.formats.spec_io import load_model
 from fp4lab.testing import block_inputs, element_grids, float32_arrays, quant_formats, rounding_modes
+
+SCALING_METHODS = AMAX_METHODS + OCP_METHODS  # every rule that computes block scales
 
 F32 = np.float32
 BUILTIN_GRIDS = list({fp4lab.get_format(n).element.model_dump_json(): fp4lab.get_format(n).element
@@ -377,7 +380,7 @@ def test_rceil_never_clips(case):
 @given(data=st.data())
 def test_scale_codes_decode_to_the_stored_scales(data):
     """qt.scales == scale_format.decode(qt.scale_codes), bit for bit (NaN scales included), any format."""
-    fmt = data.draw(quant_formats(methods=("amax", "rceil", "floor", "ceil", "even")))
+    fmt = data.draw(quant_formats(methods=SCALING_METHODS))
     x = data.draw(block_inputs(fmt))
     qt = quiet(fp4lab.quantize, x, fmt)
     assert qt.scale_codes.dtype == fmt.scale.code_dtype
@@ -497,7 +500,7 @@ def test_power_of_two_equivariance(data, k):
     """Scaling a tensor by 2^k leaves the element codes unchanged and multiplies the scales by 2^k, for FP32 and
     pow2 scale rules (single level, no min/max clamp, block scales strictly inside the scale format's range and
     away from float32's limits)."""
-    fmt = data.draw(quant_formats(scale_kinds=("fp32", "pow2"), methods=("amax", "rceil", "floor", "ceil", "even"))
+    fmt = data.draw(quant_formats(scale_kinds=("fp32", "pow2"), methods=SCALING_METHODS)
                     .filter(lambda f: f.tensor_scale == "none" and f.scale_rule.min_scale is None
                             and f.scale_rule.max_scale is None and f.rounding != "sr"
                             and f.scale_rule.zero_block == "as_computed"))
@@ -516,7 +519,7 @@ def test_power_of_two_equivariance(data, k):
 @given(data=st.data())
 def test_block_scale_is_monotone_in_amax(data):
     """For a single-target, single-level format the decoded block scale never decreases as the block amax grows."""
-    fmt = data.draw(quant_formats(two_d=False, methods=("amax", "rceil", "floor", "ceil", "even")).filter(
+    fmt = data.draw(quant_formats(two_d=False, methods=SCALING_METHODS).filter(
         lambda f: f.tensor_scale == "none" and f.scale_rule.targets in (None, []) and f.scale_rule.zero_block ==
         "as_computed" and (f.scale_rule.targets is None or len(f.scale_rule.targets) == 1)))
     amax = np.sort(data.draw(hnp.arrays(F32, 16, elements=st.floats(0, 2.0**127, width=32))))

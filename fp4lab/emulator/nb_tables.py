@@ -1,8 +1,5 @@
-"""Constant tables the numba emulator needs, derived from a ``QuantFormat`` (no format is special-cased by name).
-
-Everything is computed from the same model properties the numpy reference reads (``levels``,
-``level_codes_pos/neg``, ``thresholds(mode)``, scale ``decode``, ``special_scale_code``), and packed into a few typed
-arrays so that every njit kernel has exactly one compiled signature:
+"""The numba emulator's constants for a ``QuantFormat``: the element and scale plans (``plan.py``) packed into a
+few typed arrays, so that every njit kernel has exactly one compiled signature:
 
 * ``ip``  int64 parameters (indices ``P_*``), ``fp`` float32 parameters (indices ``F_*``, then two per target);
 * element tables ``ethr`` (float32 thresholds or levels), ``ecodes`` (int32 codes by [sign, level index]),
@@ -11,24 +8,25 @@ arrays so that every njit kernel has exactly one compiled signature:
   (float32 value of every scale code), ``sbkt`` (bucket index into ``sthr``, see ``_bucket_index``).
 
 Element encoders (``P_ENC``):
-  ``ENC_SYM``    sign-symmetric grid whose thresholds mirror exactly about zero: ``j = count(|t| >= mthr)``
-                 over the M positive thresholds, code ``ecodes[sign * (M + 1) + j]``;
+  ``ENC_SYM``    magnitude tables (``Encoder.MAGNITUDE`` / ``SIGN_MAGNITUDE``) of at most ``LINEAR_MAX``
+                 thresholds: ``j = count(|t| >= mthr)`` over the M positive thresholds, code
+                 ``ecodes[sign * (M + 1) + j]``;
   ``ENC_LINEAR`` ``i = count(t >= thr)`` over all thresholds (small grids), code ``ecodes[sign * n + i]``;
   ``ENC_SEARCH`` the same count by binary search (grids with more than ``LINEAR_MAX`` thresholds);
   ``ENC_SR``     stochastic rounding between the two neighbouring levels (``ethr`` holds the levels).
+The integer values of these constants are compiled into numba's on-disk cache: never renumber them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from fp4lab.emulator.ref_encode import nan_element_code
+from fp4lab.emulator.plan import (ElementPlan, Encoder, ExponentRule, Overflow, ScaleChoice, ScaleKind, ScalePlan,
+                                  ScaleRounding, cached_per_format, element_plan, scale_plan)
 from fp4lab.emulator.range_policy import multiplier_floor, range_clamp_scale
-from fp4lab.emulator.ref_encode import special_scale_code
 from fp4lab.formats.quant_format import QuantFormat
 
 F32 = np.float32
@@ -54,9 +52,12 @@ FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loop
 # P_RANGE / F_SCRIT: decoded-range caps for blocks with scale >= F_SCRIT (``range_policy``)
 F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_BUMP_S, F_SCRIT, F_TARGETS = range(10)
 
-_ROUND = {"rtne": SR_RTNE, "ceil": SR_CEIL, "floor": SR_FLOOR}
-_RULE = {"none": RULE_NONE, "amax": RULE_AMAX, "rceil": RULE_AMAX, "floor": RULE_FLOOR, "ceil": RULE_CEIL,
-         "even": RULE_EVEN}
+_OV = {Overflow.SATURATE: OV_SATURATE, Overflow.NAN: OV_NAN, Overflow.INF: OV_INF}
+_ROUND = {ScaleRounding.RTNE: SR_RTNE, ScaleRounding.CEIL: SR_CEIL, ScaleRounding.FLOOR: SR_FLOOR}
+_RULE = {ScaleChoice.NONE: RULE_NONE, ScaleChoice.AMAX: RULE_AMAX}
+_EXP_RULE = {ExponentRule.FLOOR: RULE_FLOOR, ExponentRule.CEIL: RULE_CEIL, ExponentRule.EVEN: RULE_EVEN}
+_SKIND = {ScaleKind.FP32: SK_FP32, ScaleKind.BF16: SK_BF16, ScaleKind.FLOAT_TABLE: SK_TABLE,
+          ScaleKind.FLOAT_BITS: SK_TABLE, ScaleKind.POW2: SK_POW2}
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class Tables:
                 self.fdelta, self.sbkt)
 
 
-def _fused_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, ethr: np.ndarray, ecodes: np.ndarray):
+def _fused_tables(ep: ElementPlan, sp: ScalePlan, block_size: int, ip: np.ndarray, ethr: np.ndarray,
+                  ecodes: np.ndarray):
     """Tables of the fused scale+encode loop, which needs no table lookup (so that it vectorizes): with the
     ascending thresholds padded with +Inf to a fixed width W, the code of a value whose threshold indicators are
     ``ind_k = (a >= thr_k)`` is ``code0 + sum_k ind_k * (code[k+1] - code[k])`` (the indicators of an ascending
@@ -86,8 +88,8 @@ def _fused_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, ethr: np.ndarray,
     enc = int(ip[P_ENC])
     n = ethr.size
     width = next((w for w in FUSED_WIDTHS if n <= w), 0)
-    if mode == "sr" or fmt.overflow != "saturate" or enc not in (ENC_SYM, ENC_LINEAR) or width == 0 \
-            or fmt.block_size % 16 or fmt.scale_rule.method == "none":
+    if ep.stochastic or ep.overflow != Overflow.SATURATE or enc not in (ENC_SYM, ENC_LINEAR) or width == 0 \
+            or block_size % 16 or sp.choice == ScaleChoice.NONE:
         return np.zeros(1, F32), np.zeros((2, 1), np.int32)
     m1 = int(ip[P_M1])
     table = ecodes.reshape(2, m1).astype(np.int32)
@@ -119,110 +121,97 @@ def _next_up(v: np.ndarray) -> np.ndarray:
     return np.nextafter(v.astype(F32), F32(np.inf)).astype(F32)
 
 
-def _element_tables(fmt: QuantFormat, mode: str, ip: np.ndarray, fp: np.ndarray):
-    grid = fmt.element
-    lv = grid.levels
-    cpos, cneg = grid.level_codes_pos.astype(np.int32), grid.level_codes_neg.astype(np.int32)
-    n = lv.size
-    fp[F_LVMIN], fp[F_LVMAX] = F32(lv[0]), F32(lv[-1])
-    if mode == "sr":
-        enc, thr, codes, m1 = ENC_SR, lv.astype(F32), np.concatenate([cpos, cneg]), n
+def _element_tables(ep: ElementPlan, ip: np.ndarray, fp: np.ndarray):
+    fp[F_LVMIN], fp[F_LVMAX] = ep.levels[0], ep.levels[-1]
+    n = ep.levels.size
+    if ep.stochastic:
+        enc, thr, codes, m1 = ENC_SR, ep.levels, ep.codes, n
+    elif ep.encoder != Encoder.SIGNED and ep.table_thr.size <= LINEAR_MAX:
+        enc, thr, codes, m1 = ENC_SYM, ep.table_thr, ep.table_codes, ep.half
     else:
-        thr_all = grid.thresholds(mode).astype(F32)
-        enc, thr, codes, m1 = (ENC_LINEAR if thr_all.size <= LINEAR_MAX else ENC_SEARCH), thr_all, \
-            np.concatenate([cpos, cneg]), n
-        if n % 2 == 1 and grid.is_sign_symmetric:
-            m = n // 2
-            mthr, neg = thr_all[m:], thr_all[:m][::-1]
-            if np.array_equal(neg.view(np.uint32), _next_up(-mthr).view(np.uint32)) and mthr.size <= LINEAR_MAX:
-                j = np.arange(m + 1)
-                enc, thr, codes, m1 = ENC_SYM, mthr.copy(), np.concatenate([cpos[m + j], cneg[m - j]]), m + 1
+        enc = ENC_LINEAR if ep.thresholds.size <= LINEAR_MAX else ENC_SEARCH
+        thr, codes, m1 = ep.thresholds, ep.codes, n
     ip[P_ENC], ip[P_NLEV], ip[P_M1] = enc, n, m1
-    ip[P_NAN_CODE] = nan_element_code(grid, fmt.nan_element)
-    ip[P_KEEP_SIGN] = int(fmt.signed_zero == "keep")  # else only t < 0 takes the negative code column
-    ip[P_OV] = {"saturate": OV_SATURATE, "nan": OV_NAN, "inf": OV_INF}[fmt.overflow]
-    fp[F_OV_THR] = grid.overflow_threshold
-    if fmt.overflow == "nan":
-        ip[P_OV_NAN] = grid.nan_code
-    if fmt.overflow == "inf":
-        ip[P_OV_PINF], ip[P_OV_NINF] = grid.inf_codes
-    return thr, codes.astype(np.int32), grid.values.astype(F32)
+    ip[P_NAN_CODE] = ep.nan_code
+    ip[P_KEEP_SIGN] = int(ep.keep_sign)  # else only t < 0 takes the negative code column
+    ip[P_OV] = _OV[ep.overflow]
+    fp[F_OV_THR] = ep.overflow_thr
+    if ep.overflow == Overflow.NAN:
+        ip[P_OV_NAN] = ep.grid_nan_code
+    if ep.overflow == Overflow.INF:
+        ip[P_OV_PINF], ip[P_OV_NINF] = ep.inf_codes
+    return thr, codes, ep.values
 
 
-def _scale_tables(fmt: QuantFormat, ip: np.ndarray, fp: np.ndarray):
-    rule, sfmt = fmt.scale_rule, fmt.scale
+def _scale_tables(sp: ScalePlan, ip: np.ndarray, fp: np.ndarray):
     empty_f, empty_i = np.zeros(1, F32), np.zeros(1, np.int32)
-    ip[P_RULE] = _RULE[rule.method]
-    if rule.method == "none":
+    ip[P_RULE] = _EXP_RULE[sp.exponent_rule] if sp.choice == ScaleChoice.EXPONENT else _RULE[sp.choice]
+    if sp.choice == ScaleChoice.NONE:
         return empty_f, empty_i, empty_f, empty_i
-    ip[P_SKIND] = {"fp32": SK_FP32, "bf16": SK_BF16, "float": SK_TABLE, "pow2": SK_POW2}[sfmt.kind]
-    fp[F_SMAX] = F32(sfmt.max)  # fp32 / bf16 ideal scales saturate here
-    ip[P_SROUND] = _ROUND[rule.effective_rounding]
-    ip[P_SDIV] = int(rule.scale_division == "reciprocal")
-    ip[P_ESCALE] = int(rule.element_scaling == "reciprocal")
-    ip[P_HAS_MIN], ip[P_HAS_MAX] = rule.min_scale is not None, rule.max_scale is not None
-    fp[F_MIN] = F32(rule.min_scale) if rule.min_scale is not None else 0
-    fp[F_MAX] = F32(rule.max_scale) if rule.max_scale is not None else 0
-    ip[P_ENCODE_ARITH] = int(rule.scale_arithmetic == "encode")
-    ip[P_NAN_PROP] = int(rule.nan_policy == "propagate")
-    ip[P_ERR] = ERR_ABS * (rule.select_by == "sae") + ERR_SCALE_PRODUCT * (rule.dequantize_order == "scale_product_first")
-    ip[P_SOVF] = int(rule.scale_overflow == "nan")
-    ip[P_ZERO_POLICY] = int(rule.zero_block != "as_computed")
-    if rule.zero_block != "as_computed":  # the reference asks for it on every call: same errors
-        ip[P_CODE_ZERO] = special_scale_code(sfmt, rule.zero_block)
-    ip[P_CODE_INF] = special_scale_code(sfmt, "nan" if rule.inf_policy == "propagate" else "max")
-    if rule.nan_policy == "propagate":
-        ip[P_CODE_NAN] = special_scale_code(sfmt, "nan")
-    if rule.method == "even":
-        ip[P_EVEN_ADD] = 1 << (22 - fmt.element.mantissa_bits)
-    ip[P_EMAX_ELEM] = fmt.emax_elem
+    ip[P_SKIND] = _SKIND[sp.kind]
+    fp[F_SMAX] = sp.max_value  # fp32 / bf16 ideal scales saturate here
+    ip[P_SROUND] = _ROUND[sp.rounding]
+    ip[P_SDIV] = int(not sp.divide_ideal)
+    ip[P_ESCALE] = int(not sp.divide_elements)
+    ip[P_HAS_MIN], ip[P_HAS_MAX] = sp.min_scale is not None, sp.max_scale is not None
+    fp[F_MIN] = sp.min_scale if sp.min_scale is not None else 0
+    fp[F_MAX] = sp.max_scale if sp.max_scale is not None else 0
+    ip[P_ENCODE_ARITH] = int(sp.encode_arith)
+    ip[P_NAN_PROP] = int(sp.nan_propagate)
+    ip[P_ERR] = ERR_ABS * sp.select_abs + ERR_SCALE_PRODUCT * sp.scale_product_first
+    ip[P_SOVF] = int(sp.overflow_nan)
+    ip[P_ZERO_POLICY] = int(sp.zero_code is not None)
+    if sp.zero_code is not None:
+        ip[P_CODE_ZERO] = sp.zero_code
+    ip[P_CODE_INF] = sp.inf_code
+    if sp.nan_propagate:
+        ip[P_CODE_NAN] = sp.nan_code
+    ip[P_EVEN_ADD] = sp.even_add
+    ip[P_EMAX_ELEM] = sp.emax_elem
     sthr, scodes, sdec, sbkt = empty_f, empty_i, empty_f, empty_i
-    if sfmt.kind == "pow2":
-        ip[P_SBIAS], ip[P_SNAN] = sfmt.exponent_bias, sfmt.pow2_nan_code
-        ip[P_SMAXCODE] = sfmt.pow2_nan_code - 1
-        sdec = sfmt.decode(np.arange(1 << sfmt.exponent_bits)).astype(F32)
-    elif sfmt.kind == "float":
-        grid = sfmt.grid
-        lv = grid.levels.astype(F32)
-        keep = lv >= 0
-        lv_nonneg = lv[keep]
-        scodes = grid.level_codes_pos[keep].astype(np.int32)
-        fp[F_SCLIP] = lv_nonneg[-1]
-        r = rule.effective_rounding
-        if r == "rtne":  # index = count(thr <= v)
-            sthr, ip[P_SOFF] = grid.thresholds("rtne")[lv[:-1] >= 0].astype(F32), 0
-        elif r == "ceil":  # searchsorted(levels, v, 'left') = count(levels < v) = count(nextup(levels) <= v)
-            sthr, ip[P_SOFF] = _next_up(lv_nonneg), 0
+    if sp.kind == ScaleKind.POW2:
+        ip[P_SBIAS], ip[P_SNAN], ip[P_SMAXCODE] = sp.bias, sp.table_nan, sp.table_nan - 1
+        sdec = sp.values
+    elif sp.float_scale:
+        lv, scodes = sp.levels, sp.level_codes
+        fp[F_SCLIP] = lv[-1]
+        if sp.rounding == ScaleRounding.RTNE:  # index = count(thr <= v)
+            sthr, ip[P_SOFF] = sp.thresholds, 0
+        elif sp.rounding == ScaleRounding.CEIL:  # searchsorted(levels, v, 'left') = count(nextup(levels) <= v)
+            sthr, ip[P_SOFF] = _next_up(lv), 0
         else:  # searchsorted(levels, v, 'right') - 1
-            sthr, ip[P_SOFF] = lv_nonneg.copy(), -1
-        ip[P_SMAXCODE] = lv_nonneg.size - 1
-        ip[P_SNAN] = -1 if grid.nan_code is None else grid.nan_code
-        sdec = sfmt.decode(np.arange(1 << sfmt.bits)).astype(F32)
+            sthr, ip[P_SOFF] = lv, -1
+        ip[P_SMAXCODE] = lv.size - 1
+        ip[P_SNAN] = -1 if sp.table_nan is None else sp.table_nan
+        sdec = sp.values
         sthr, sbkt = _bucket_index(sthr, fp[F_SCLIP], ip)
     return sthr, scodes, sdec, sbkt
 
 
-@lru_cache(maxsize=256)
-def tables_for(fmt: QuantFormat, mode: str) -> Tables:
+def _tables_for(fmt: QuantFormat, mode: str) -> Tables:
     """All numba parameters for quantizing with ``fmt`` under rounding ``mode`` (cached per format and mode)."""
-    targets = fmt.targets if fmt.scale_rule.method != "none" else []
+    ep, sp = element_plan(fmt, mode), scale_plan(fmt)
+    n_tg = 0 if sp.choice == ScaleChoice.NONE else sp.targets.size
     scrit = range_clamp_scale(fmt)
     ip = np.zeros(N_IP, np.int64)
-    fp = np.zeros(F_TARGETS + 2 * len(targets) + (fmt.element.levels.size if scrit is not None else 0), F32)
+    fp = np.zeros(F_TARGETS + 2 * n_tg + (ep.levels.size if scrit is not None else 0), F32)
     if scrit is not None:
         ip[P_RANGE], fp[F_SCRIT] = 1, scrit
-        fp[F_TARGETS + 2 * len(targets):] = fmt.element.levels.astype(F32)
-    ethr, ecodes, evals = _element_tables(fmt, mode, ip, fp)
-    sthr, scodes, sdec, sbkt = _scale_tables(fmt, ip, fp)
-    ip[P_NTARGETS] = len(targets)
+        fp[F_TARGETS + 2 * n_tg:] = ep.levels
+    ethr, ecodes, evals = _element_tables(ep, ip, fp)
+    sthr, scodes, sdec, sbkt = _scale_tables(sp, ip, fp)
+    ip[P_NTARGETS] = n_tg
     ip[P_BS] = fmt.block_size
-    for k, tgt in enumerate(targets):
-        fp[F_TARGETS + 2 * k] = F32(tgt)
-        fp[F_TARGETS + 2 * k + 1] = F32(1.0) / F32(tgt)
-    fthr, fdelta = _fused_tables(fmt, mode, ip, ethr, ecodes)
+    if n_tg:
+        fp[F_TARGETS:F_TARGETS + 2 * n_tg:2] = sp.targets
+        fp[F_TARGETS + 1:F_TARGETS + 2 * n_tg:2] = sp.inv_targets
+    fthr, fdelta = _fused_tables(ep, sp, fmt.block_size, ip, ethr, ecodes)
     for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
         a.setflags(write=False)
     return Tables(ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt)
+
+
+tables_for = cached_per_format(_tables_for)
 
 
 def with_multiplier_floor(tab: Tables, fmt: QuantFormat, ts: np.float32 | None) -> Tables:

@@ -92,7 +92,7 @@ def encode_scale(ideal: np.ndarray, sfmt: ScaleFormat, rounding: str, overflow: 
     """
     ideal = np.asarray(ideal, dtype=np.float32)
     nan = np.isnan(ideal)
-    if sfmt.kind in ("fp32", "bf16"):  # saturate: +Inf (amax / target overflowed) becomes the largest finite scale
+    if not sfmt.tabulated:  # fp32 / bf16; saturate: +Inf (amax / target overflowed) becomes the largest finite scale
         ideal = np.where(ideal > np.float32(sfmt.max), np.float32(sfmt.max), ideal)
         return f32_bits(ideal).copy() if sfmt.kind == "fp32" else _encode_bf16(ideal, rounding)
     if sfmt.kind == "float":

@@ -31,7 +31,9 @@ F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126
 F32_MAX = float(np.finfo(np.float32).max)
 
 
+AMAX_METHODS: tuple[str, ...] = ("amax", "rceil")  # ideal scale amax / target, rounded into the scale format
 OCP_METHODS: tuple[str, ...] = ("floor", "ceil", "even")  # shared-exponent rules of the OCP MX specification
+ScaleFamily = Literal["none", "amax", "exponent"]
 
 
 class ScaleRule(SpecModel):
@@ -92,9 +94,17 @@ class ScaleRule(SpecModel):
     )
 
     @property
+    def family(self) -> ScaleFamily:
+        """How the block scale is chosen: "none" (no block scale), "amax" (``AMAX_METHODS``: amax / target
+        rounded into the scale format) or "exponent" (``OCP_METHODS``: an OCP MX shared exponent, a power of two
+        from the block amax's exponent)."""
+        if self.method in AMAX_METHODS:
+            return "amax"
+        return "exponent" if self.method in OCP_METHODS else "none"
+
+    @property
     def ocp_exponent(self) -> bool:
-        """Whether the block scale is an OCP MX shared exponent (``method`` floor, ceil or even): a power of two
-        from the block amax's exponent, not amax / target rounded into the scale format."""
+        """Whether the block scale is an OCP MX shared exponent (``method`` floor, ceil or even)."""
         return self.method in OCP_METHODS
 
     @model_validator(mode="after")
@@ -110,11 +120,11 @@ class ScaleRule(SpecModel):
             if v is not None and (v > F32_MAX or not float(np.float32(v)) > 0.0):
                 raise ValueError(f"{field} {v!r} is not a positive finite float32 "
                                  f"(the clamp is applied in float32)")
-        if self.scale_arithmetic == "encode" and self.method not in ("amax", "rceil"):
+        if self.scale_arithmetic == "encode" and self.method not in AMAX_METHODS:
             raise ValueError(f"scale_rule: scale_arithmetic 'encode' applies to the amax/rceil methods, not '{self.method}'")
         if self.select_by != "sse" and len(self.targets or ()) < 2:
             raise ValueError(f"scale_rule: select_by '{self.select_by}' chooses among targets; give two or more")
-        if self.scale_overflow != "saturate" and self.method not in ("amax", "rceil"):
+        if self.scale_overflow != "saturate" and self.method not in AMAX_METHODS:
             raise ValueError(f"scale_rule: scale_overflow '{self.scale_overflow}' applies to the amax/rceil methods, "
                              f"not '{self.method}'")
         if self.min_scale is not None and self.max_scale is not None and self.min_scale > self.max_scale:

@@ -49,6 +49,7 @@ through ``compose_elements``, the float32 specials ``SPECIAL_F32``): hypothesis 
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import numpy as np
@@ -57,8 +58,8 @@ from hypothesis.extra import numpy as hnp
 
 from fp4lab.formats.grids import DETERMINISTIC_MODES, ROUNDING_MODES, FloatGrid, IntGrid, TableGrid
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.rules import BlockLayout, ScaleRule
-from fp4lab.formats.scales import ScaleFormat
+from fp4lab.formats.rules import AMAX_METHODS, OCP_METHODS, BlockLayout, ScaleRule
+from fp4lab.formats.scales import ScaleFormat, ScaleKind
 from fp4lab.testing.inputs import ELEMENT_KINDS as _KINDS
 from fp4lab.testing.inputs import F32_MAX, SPECIAL_F32
 from fp4lab.testing.inputs import compose_elements as _compose
@@ -67,6 +68,16 @@ __all__ = [
     "block_inputs", "element_grids", "float32_arrays", "quant_formats", "range_edge_inputs", "rounding_modes",
     "scale_formats",
 ]
+
+
+def _choices(model: Any, field: str) -> tuple:
+    """The values a ``Literal`` field of a pydantic model allows, in declaration order."""
+    return typing.get_args(model.model_fields[field].annotation)
+
+
+SCALE_KINDS: tuple[str, ...] = typing.get_args(ScaleKind)
+# every scale rule method, element-only ("none") last; quant_formats draws "amax" twice as often
+METHODS: tuple[str, ...] = tuple(m for m in _choices(ScaleRule, "method") if m != "none") + ("none",)
 
 
 def _valid(factory: Any, **kwargs: Any) -> Any:
@@ -97,7 +108,7 @@ _steps = st.builds(lambda odd, k: float(np.ldexp(2 * odd + 1, k)), st.integers(0
 @st.composite
 def _int_grids(draw: st.DrawFn, max_bits: int) -> IntGrid | None:
     return _valid(IntGrid, bits=draw(st.integers(2, max_bits)),
-                  range=draw(st.sampled_from(["symmetric", "twos_complement"])), step=draw(_steps))
+                  range=draw(st.sampled_from(_choices(IntGrid, "range"))), step=draw(_steps))
 
 
 def _positive_f32(lo_exp: int = -20, hi_exp: int = 20) -> st.SearchStrategy[float]:
@@ -153,7 +164,7 @@ def _random_scale(draw: st.DrawFn, kind: str) -> ScaleFormat | None:
     return ScaleFormat(kind=kind)
 
 
-def scale_formats(kinds: tuple[str, ...] = ("pow2", "float", "fp32", "bf16")) -> st.SearchStrategy:
+def scale_formats(kinds: tuple[str, ...] = SCALE_KINDS) -> st.SearchStrategy:
     """Scale formats of the given kinds, each kind equally likely: E8M0 or a random pow2 format; UE4M3, E4M3,
     UE5M3 or a random unsigned ExMy float; FP32; BF16."""
     named = {k: [ScaleFormat(name=n, **f) for n, f in NAMED_SCALE_FIELDS.items() if f["kind"] == k] for k in kinds}
@@ -189,14 +200,15 @@ def _quant_format(draw: st.DrawFn, element: Any, two_d: bool, scale_kinds: tuple
         shape = draw(st.sampled_from(_BLOCKS_2D)) if two_d and draw(st.integers(0, 3)) == 0 \
             else [draw(st.sampled_from(_BLOCKS_1D))]
         block = BlockLayout(shape=shape)
-        if method in ("floor", "ceil", "even"):
+        if method in OCP_METHODS:
             scale = draw(scale_formats(("pow2",)))
         else:
             scale = draw(scale_formats(scale_kinds))
-        if method in ("amax", "rceil"):
-            if method == "amax":
-                rule["scale_rounding"] = draw(st.sampled_from(["rtne", "rtne", "ceil", "floor"]))
-            rule["scale_division"] = draw(st.sampled_from(["divide", "reciprocal"]))
+        if method in AMAX_METHODS:
+            if method == "amax":  # the default rounding drawn twice as often
+                roundings = _choices(ScaleRule, "scale_rounding")
+                rule["scale_rounding"] = draw(st.sampled_from(roundings[:1] + roundings))
+            rule["scale_division"] = draw(st.sampled_from(_choices(ScaleRule, "scale_division")))
             if draw(st.integers(0, 3)) == 0:
                 lv = grid.levels
                 mags = sorted({abs(float(v)) for v in lv if v != 0})
@@ -206,22 +218,22 @@ def _quant_format(draw: st.DrawFn, element: Any, two_d: bool, scale_kinds: tuple
                 rule["min_scale"] = lo
                 if draw(st.booleans()):
                     rule["max_scale"] = lo * draw(st.sampled_from([1, 2, 4, 64, 2**20]))
-        rule["element_scaling"] = draw(st.sampled_from(["divide", "reciprocal"]))
-        zero_choices = ["as_computed", "one", "min"] + (["zero"] if scale.has_zero else [])
+        rule["element_scaling"] = draw(st.sampled_from(_choices(ScaleRule, "element_scaling")))
+        zero_choices = [z for z in _choices(ScaleRule, "zero_block") if z != "zero" or scale.has_zero]
         rule["zero_block"] = draw(st.sampled_from(zero_choices))
-        rule["nan_policy"] = draw(st.sampled_from(["propagate", "ignore"]))
-        rule["inf_policy"] = draw(st.sampled_from(["propagate", "saturate"]))
-        if scale.kind != "fp32" and method in ("amax", "rceil") and draw(st.integers(0, 3)) == 0:
+        rule["nan_policy"] = draw(st.sampled_from(_choices(ScaleRule, "nan_policy")))
+        rule["inf_policy"] = draw(st.sampled_from(_choices(ScaleRule, "inf_policy")))
+        if scale.kind != "fp32" and method in AMAX_METHODS and draw(st.integers(0, 3)) == 0:
             kwargs["tensor_scale"] = "amax"
-    overflow = ["saturate"] + (["nan"] if grid.nan_code is not None else []) \
-        + (["inf"] if grid.inf_codes is not None else [])
+    has = {"saturate": True, "nan": grid.nan_code is not None, "inf": grid.inf_codes is not None}
+    overflow = [o for o in _choices(QuantFormat, "overflow") if has[o]]
     rule_model = _valid(ScaleRule, **rule)
     if rule_model is None:
         return None
     return _valid(
         QuantFormat, name=f"hyp-{draw(st.integers(0, 10**6))}", element=grid, block=block, scale=scale,
         scale_rule=rule_model, rounding=draw(rounding_modes()),
-        nan_element=draw(st.sampled_from(["nan", "zero", "neg_zero"])),
+        nan_element=draw(st.sampled_from(_choices(QuantFormat, "nan_element"))),
         overflow=draw(st.sampled_from(overflow)), **kwargs,
     )
 
@@ -229,8 +241,8 @@ def _quant_format(draw: st.DrawFn, element: Any, two_d: bool, scale_kinds: tuple
 def quant_formats(
     element: Any = None,
     two_d: bool = True,
-    scale_kinds: tuple[str, ...] = ("pow2", "float", "fp32", "bf16"),
-    methods: tuple[str, ...] = ("amax", "amax", "rceil", "floor", "ceil", "even", "none"),
+    scale_kinds: tuple[str, ...] = SCALE_KINDS,
+    methods: tuple[str, ...] = ("amax",) + METHODS,
 ) -> st.SearchStrategy[QuantFormat]:
     """Valid random ``QuantFormat`` s. ``element``: a fixed grid, a strategy of grids, or None (random 2-4 bit
     grid). ``methods`` restricts the scale rules ("none" = element-only); ``scale_kinds`` the scale formats."""
