@@ -33,7 +33,7 @@ import fp4lab
 from fp4lab.kernels.api import quantize_cuda
 from fp4lab.kernels.dequantize import dequantize_triton
 from fp4lab.kernels.gemm import gemm_triton
-from fp4lab.kernels.quantize import quantize_triton
+from fp4lab.kernels.quantize_launch import quantize_triton
 from fp4lab.kernels.tile import grouped_tile
 
 ROWS, COLS = 16384, 8192

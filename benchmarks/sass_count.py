@@ -31,6 +31,7 @@ import fp4lab.kernels.dequantize as dq  # noqa: E402
 import fp4lab.kernels.fakequant as fq  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
+from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
 
@@ -116,7 +117,7 @@ def main() -> None:
         elif args.kernel == "quantize":
             cap = q._quantize_kernel = Capture(q._quantize_kernel)
             try:
-                q.quantize_triton(x, fmt, mode or "rtne", 1, packed=True, tensor_amax=x.float().abs().max().reshape(1),
+                quantize_triton(x, fmt, mode or "rtne", 1, packed=True, tensor_amax=x.float().abs().max().reshape(1),
                                   store_scales=False, tile=(bm, bk, warps))
             finally:
                 q._quantize_kernel = cap.kernel

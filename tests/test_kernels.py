@@ -62,7 +62,7 @@ def test_quantize_matches_reference_all_formats(name):
 def test_quantize_bf16_words_path_all_formats(name):
     """bf16 input blocked along the last axis without RHT (int32 word loads with bit-arithmetic encode for float
     grids): adversarial RTNE and random SR against the reference on the bf16 values, codes plain and packed."""
-    from fp4lab.kernels.quantize import quantize_triton
+    from fp4lab.kernels.quantize_launch import quantize_triton
 
     fmt = fp4lab.get_format(name)
     for i, (rounding, kind) in enumerate([("rtne", "adversarial"), ("sr", "random"), ("sr", "adversarial")]):
@@ -143,7 +143,7 @@ def test_spec_file_grid_runs_without_new_kernel_code(tmp_path):
 
 
 def test_packed_output_matches_pack_nibbles():
-    from fp4lab.kernels.quantize import quantize_triton
+    from fp4lab.kernels.quantize_launch import quantize_triton
 
     fmt = fp4lab.get_format("nvfp4")
     x = make_input("random", 32, 256, seed=7)
@@ -269,7 +269,7 @@ def test_swizzle_128x4_layout():
     from fp4lab.layout import swizzle_scales
 
     assert np.array_equal(z.numpy(), swizzle_scales(s.numpy()))  # the torch and numpy layouts agree
-    from fp4lab.kernels.quantize import quantize_triton
+    from fp4lab.kernels.quantize_launch import quantize_triton
 
     x = torch.from_numpy(make_input("random", 256, 256, seed=2))
     _, plain, *_ = quantize_triton(x, fp4lab.get_format("mxfp4"))

@@ -23,7 +23,7 @@ from fp4lab.emulator.quantize import quantize_emulated
 from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.errors import InputError
 from fp4lab.kernels.api import quantize_cuda
-from fp4lab.kernels.quantize import quantize_triton
+from fp4lab.kernels.quantize_launch import quantize_triton
 from fp4lab.kernels.verify import make_input
 
 WIDTHS = (24, 16, 8, 4)

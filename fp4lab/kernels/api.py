@@ -16,7 +16,7 @@ from fp4lab.quantized import QuantizedTensor
 def quantize_cuda(x: Any, fmt: Any, rounding: str | None = None, seed: int = 0, axis: int = -1,
                   rht: int | None = None, rht_seed: int = 0, sr_bits: int = 24) -> QuantizedTensor:
     """Triton quantize of torch tensor ``x`` (see ``fp4lab.quantize``)."""
-    from fp4lab.kernels.quantize import quantize_triton
+    from fp4lab.kernels.quantize_launch import quantize_triton
 
     fmt = get_format(fmt)
     codes, scodes, scales, ts, ax, mode = quantize_triton(x, fmt, rounding, seed, axis, rht, rht_seed,

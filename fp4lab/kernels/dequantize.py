@@ -163,7 +163,7 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     from fp4lab.kernels.host import check_device, device_array, interpreting, matrix_view, scratch_f32
     from fp4lab.kernels.params import (block_extents, element_decode_kind, element_params, scale_params,
                                        scaled_values_bf16_exact)
-    from fp4lab.kernels.quantize import _tile_shape
+    from fp4lab.kernels.quantize_launch import tile_shape
 
     check_device(codes, "dequantize")
     if codes.dtype != torch.uint8:
@@ -203,7 +203,7 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     lean = bool(words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
                 and np.all(np.isfinite(ep.values)))
     big = (1 << 14, 512) if lean else (1 << 12, 256)
-    bm, bk = tile[:2] if tile is not None else _tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d, *big)
+    bm, bk = tile[:2] if tile is not None else tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d, *big)
     codes_in = codes if (packed or not lean) else codes.view(torch.int16)
     exact = lean and not two_level and scaled_values_bf16_exact(fmt)
     if mv.M * mv.K:

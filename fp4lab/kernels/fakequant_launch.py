@@ -88,7 +88,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     from fp4lab.kernels.fakequant import _amax2_kernel, _fake_quant_kernel
     from fp4lab.kernels.host import CachedLaunch, device_array, interpreting
     from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
-    from fp4lab.kernels.quantize import _tables
+    from fp4lab.kernels.quantize_launch import kernel_tables
 
     M, K = x.shape
     dev = x.device
@@ -137,7 +137,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
         QDIV_K=qdiv(rk), QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ERR=sp.err, **kernel_constants(fmt),
     )
     options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
-    tables = _tables(ep, sp, dev)
+    tables = kernel_tables(ep, sp, dev)
     signs_k = device_array(rht_signs(rk, along_k.rht_seed) if rk else np.ones(1, np.float32), dev)
     signs_m = device_array(rht_signs(rm, along_m.rht_seed) if rm else np.ones(1, np.float32), dev)
     fixed = (ep.half, ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
@@ -304,7 +304,7 @@ def _fallback(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, alo
               sr_bits: int, out_dtype: Any, apply_ts: bool) -> tuple:
     """Quantize kernel + dequantize kernel per output (same bits, two passes each)."""
     from fp4lab.kernels.dequantize import dequantize_triton
-    from fp4lab.kernels.quantize import quantize_triton
+    from fp4lab.kernels.quantize_launch import quantize_triton
 
     res: list[Any] = []
     scales: list[Any] = []

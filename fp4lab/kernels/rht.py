@@ -27,7 +27,7 @@ def rht_triton(x, size=16, seed=0, axis=-1, inverse=False, tile=None):
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
     from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view
-    from fp4lab.kernels.quantize import _tile_shape
+    from fp4lab.kernels.quantize_launch import tile_shape
 
     n = _check_size(size)
     xin, in_kind = kernel_input(x, "rht")
@@ -38,7 +38,7 @@ def rht_triton(x, size=16, seed=0, axis=-1, inverse=False, tile=None):
     if shape[ax] % n:
         raise InputError(f"rht: axis {axis} has length {shape[ax]}, which is not a multiple of size={n}")
     mv = matrix_view(shape, ax, False)
-    bm, bk = tile if tile is not None else _tile_shape(mv.K, mv.M, 1, n, n, interpreting(), False)
+    bm, bk = tile if tile is not None else tile_shape(mv.K, mv.M, 1, n, n, interpreting(), False)
     out = torch.empty(shape, dtype=torch.float32, device=x.device)
     opts = {} if interpreting() else {"enable_fp_fusion": False}
     if mv.M * mv.K:

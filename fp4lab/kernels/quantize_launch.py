@@ -1,0 +1,156 @@
+"""Host side of the quantize kernel (``fp4lab.kernels.quantize``): ``quantize_triton`` (checks, the kernel's
+constants from the format's plans via ``fp4lab.kernels.params``, device tables cached per format, tile shape,
+the tensor-amax pass of two-level formats, the launch) and the helpers other launchers share (``tile_shape``,
+``kernel_tables``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import triton
+
+from fp4lab.kernels import quantize as qk
+
+_TABLE_SETS: dict[tuple, tuple] = {}
+
+
+def kernel_tables(ep, sp, dev) -> tuple:
+    """The kernel's device tables for (cached) element/scale params on ``dev``, built once per triple."""
+    from fp4lab.kernels.host import device_array
+
+    key = (id(ep), id(sp), str(dev))
+    hit = _TABLE_SETS.get(key)
+    if hit is None or hit[0] is not ep or hit[1] is not sp:
+        arrs = (ep.thr, ep.ctab, ep.levels, ep.ctab_signed, ep.inv_gaps, ep.values, sp.targets, sp.inv_targets,
+                sp.stab, sp.scpos, sp.svals)
+        if len(_TABLE_SETS) > 256:
+            _TABLE_SETS.clear()
+        hit = _TABLE_SETS[key] = (ep, sp, tuple(device_array(a, dev) for a in arrs))
+    return hit[2]
+
+
+def tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_d: bool,
+                elems: int = 1 << 12, width: int = 256) -> tuple[int, int]:
+    """(BM, BK): powers of two, BK a multiple of the block width and the RHT size, BM of the tile height; about
+    ``elems`` elements per program, rows ``width`` wide (the H200 sweep's best: quantize 16 x 256, dequantize
+    32 x 512; the interpreter takes large tiles: it pays per program)."""
+    per_prog = 1 << 16 if interp else elems
+    bk = max(tc, rht_n, 2, min(triton.next_power_of_2(K), width if not interp else 4096))
+    bm = max(tr, 1, min(triton.next_power_of_2(max(M, 1)), max(per_prog // bk, 1)))
+    return bm, bk
+
+
+def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
+                    tensor_amax=None, store_scales=True, swizzle=False, tile=None, sr_bits=24):
+    """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
+
+    Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
+    two per byte along the last axis, only when blocks run along the last axis), scale codes (uint8, uint16
+    bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
+    ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
+    scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
+    ``fp4lab.layout.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]); ``sr_bits``: random bits per element of SR
+    (``fp4lab.emulator.philox.sr_random_bits_reference``).
+    """
+    import torch
+
+    from fp4lab.emulator.blocks import BlockView
+    from fp4lab.emulator.philox import check_sr_bits, sr_elements_per_call
+    from fp4lab.emulator.range_policy import kernel_constants
+    from fp4lab.emulator.ref_quantize import check_rounding
+    from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
+    from fp4lab.errors import InputError
+    from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view, scratch_f32
+    from fp4lab.kernels.params import block_extents, element_params, scale_params
+
+    mode = check_rounding(rounding, fmt)
+    xin, in_kind = kernel_input(x, "quantize")
+    shape = tuple(x.shape)
+    view = BlockView.for_format(shape, fmt, axis)
+    two_d = fmt.block is not None and fmt.block.is_2d
+    tr, tc = block_extents(fmt)
+    mv = matrix_view(shape, view.axis, two_d)
+    rht_n = 0
+    if rht is not None:
+        rht_n = _check_size(rht)
+        if mv.K % rht_n:
+            raise InputError(f"rht: axis {view.axis} has length {mv.K}, which is not a multiple of size={rht_n}")
+    dev = x.device
+    ep = element_params(fmt, mode)
+    sp = scale_params(fmt)
+    interp = interpreting()
+    bm, bk = tile[:2] if tile is not None else tile_shape(mv.K, mv.M, tr, tc, rht_n, interp, two_d)
+    if bk % tc or bm % tr or (rht_n and bk % rht_n):
+        raise InputError(f"quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT size")
+    inner1 = mv.inner == 1
+    if packed and (not inner1 or mv.K % 2 or fmt.element.bits > 4):
+        raise InputError("quantize: packed output needs 4-bit codes blocked along the last axis (even length)")
+    grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
+    f32 = torch.float32
+    signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
+    rscale = float(rht_scale(rht_n)) if rht_n else 1.0
+    opts = {"enable_fp_fusion": False} if not interp else {}
+    if tile is not None and len(tile) > 2 and not interp:
+        opts["num_warps"] = tile[2]
+    amax_buf = ts_out = scratch_f32(dev)  # read-only / unwritten unless two-level: no fill launches per call
+    if sp.two_level:
+        if tensor_amax is not None:
+            amax_buf = tensor_amax.reshape(1).to(f32)
+        elif mv.M * mv.K:
+            part = torch.empty(grid[0] * grid[1], dtype=f32, device=dev)
+            qk._amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk, IN_KIND=in_kind,
+                               INNER1=inner1, RHT_N=rht_n, **opts)
+            amax_buf = part.max().reshape(1)
+    sdtype = {0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16, 4: torch.uint8}[sp.skind] if sp.method else torch.uint8
+    sshape = view.scale_shape if sp.method else (0,)
+    codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
+    scodes = torch.empty(sshape, dtype=sdtype, device=dev)
+    scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
+    if sp.two_level:  # the kernel's first program stores the tensor scale
+        ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
+    per_call = sr_elements_per_call(check_sr_bits(sr_bits))
+    fast_rand = inner1 and mv.K % per_call == 0 and bk % per_call == 0
+    words = in_kind == 1 and inner1 and mv.K % 2 == 0
+    xk = xin.view(torch.int32) if words else xin
+    if sp.method and tc < 2:
+        raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
+
+    def n_log(a: np.ndarray) -> tuple[int, int]:
+        return int(a.size), int(a.size).bit_length()
+
+    # the per-tile lean branch (see _tile_is_plain) pays off unless it would still divide every element: a second
+    # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
+    uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
+    qdiv = (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
+    divides = sp.ediv and not (sp.div_pow2 or sp.encode)  # x / S element by element (see _scale_elements)
+    lean_ok = sp.targets.size == 1 and (qdiv or not divides)
+    n_thr, l_thr = n_log(ep.thr)
+    n_lvl, l_lvl = n_log(ep.levels)
+    n_stab, l_stab = n_log(sp.stab)
+    if mv.M * mv.K:
+        thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = kernel_tables(ep, sp, dev)
+        qk._quantize_kernel[grid](
+            xk, codes, scodes, scales, amax_buf, ts_out, thr, ctab, ep.half, lvl, sctab, igap, vals,
+            ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg, tg, itg, stab, scpos, svals,
+            sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
+            signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
+            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, WORDS=words, PACK=packed,
+            STORE_S=bool(sp.method and store_scales), N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl,
+            N_TG=int(sp.targets.size), N_STAB=n_stab, L_STAB=l_stab, N_SCPOS=int(sp.scpos.size),
+            PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow, SR=mode == "sr", FAST_RAND=fast_rand,
+            SRW=int(sr_bits), RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax,
+            SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv,
+            TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
+            STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
+            DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
+            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, QDIV=qdiv, LEAN_OK=lean_ok, ERR=sp.err,
+            **kernel_constants(fmt), **opts)
+    if sp.skind == 3 and sp.method:
+        scodes = scodes.view(torch.uint16)
+    ts = ts_out.reshape(()) if sp.two_level else None
+    if swizzle:
+        from fp4lab.layout import swizzle_scales_128x4
+
+        if len(shape) != 2 or view.axis != 1 or two_d or not sp.method:
+            raise InputError("quantize: swizzle=True needs a 2-D input with 1-D blocks along its last axis")
+        scodes = swizzle_scales_128x4(scodes)
+    return codes, scodes, scales, ts, view.axis, mode
