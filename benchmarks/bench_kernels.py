@@ -31,8 +31,8 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 import fp4lab
 from fp4lab.kernels.api import quantize_cuda
-from fp4lab.kernels.dequantize import dequantize_triton
-from fp4lab.kernels.gemm import gemm_triton
+from fp4lab.kernels.dequantize_launch import dequantize_triton
+from fp4lab.kernels.gemm_launch import gemm_triton
 from fp4lab.kernels.quantize_launch import quantize_triton
 from fp4lab.kernels.tile import grouped_tile
 

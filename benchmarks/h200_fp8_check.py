@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import fp4lab  # noqa: E402
-from fp4lab.kernels.fp8_convert import to_e4m3_rows_triton  # noqa: E402
+from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton  # noqa: E402
 from fp4lab.recipes import QuantLinear, Recipe, fake_quantize, get_recipe, recipe_to_toml  # noqa: E402
 from fp4lab.recipes.fp8_gemm import E4M3Rows, e4m3_rows_reference, scaled_mm  # noqa: E402
 

@@ -30,6 +30,7 @@ import fp4lab  # noqa: E402
 import fp4lab.kernels.dequantize as dq  # noqa: E402
 import fp4lab.kernels.fakequant as fq  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
+from fp4lab.kernels.dequantize_launch import dequantize_triton  # noqa: E402
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
 from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
 
@@ -127,7 +128,7 @@ def main() -> None:
             sc = torch.from_numpy(np.random.default_rng(0).integers(1, 100, (2 * bm, 2 * bk // fmt.block_size))).to(sdt)
             cap = dq._dequantize_kernel = Capture(dq._dequantize_kernel)
             try:
-                dq.dequantize_triton(codes, sc, torch.ones(()), fmt, 1, packed=True, out_dtype=torch.bfloat16,
+                dequantize_triton(codes, sc, torch.ones(()), fmt, 1, packed=True, out_dtype=torch.bfloat16,
                                      tile=(bm, bk, warps))
             finally:
                 dq._dequantize_kernel = cap.kernel

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fp4lab.errors import SpecError
-from fp4lab.kernels.fp8_convert import to_e4m3_rows_triton
+from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
 from fp4lab.recipes import QuantLinear, Recipe, fake_quantize, get_recipe, load_recipe
 from fp4lab.recipes.fp8_gemm import R_MIN, E4M3Rows, e4m3_rows_reference, fp8_gemm, unfit_counts
 

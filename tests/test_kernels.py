@@ -17,7 +17,7 @@ from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
 from fp4lab.emulator.gemm_reference import gemm_reference
-from fp4lab.kernels.gemm import gemm_plan
+from fp4lab.kernels.params import gemm_plan
 from fp4lab.kernels.verify import Case, _bits, compare, kernel_fields, make_input, reference_fields
 
 ALL = fp4lab.list_formats()
@@ -156,7 +156,7 @@ def test_packed_output_matches_pack_nibbles():
 
 @pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "nvfp4-2d", "nf4-b64-fp32", "e2m1", "int4-b32-e8m0"])
 def test_dequantize_fp32_bf16_and_inverse_rht(name):
-    from fp4lab.kernels.dequantize import dequantize_triton
+    from fp4lab.kernels.dequantize_launch import dequantize_triton
 
     fmt = fp4lab.get_format(name)
     x = make_input("adversarial", 64, 128, seed=8)
@@ -187,7 +187,7 @@ def test_dequantize_fp32_bf16_and_inverse_rht(name):
 def test_dequantize_strided_codes_and_wrong_scale_shape():
     """A non-contiguous view of the codes gives the same values as a contiguous copy; scale codes of the wrong
     shape (read out of bounds before) and a missing tensor scale are refused with a one-line message."""
-    from fp4lab.kernels.dequantize import dequantize_triton
+    from fp4lab.kernels.dequantize_launch import dequantize_triton
 
     fmt = fp4lab.get_format("mxfp4")
     x = make_input("random", 64, 256, seed=13)

@@ -27,7 +27,7 @@ def quantize_cuda(x: Any, fmt: Any, rounding: str | None = None, seed: int = 0, 
 
 def dequantize_cuda(qt: QuantizedTensor, rotated: bool = False, out_dtype: Any = None) -> Any:
     """fp32 (or ``out_dtype=torch.bfloat16``) values of ``qt``; the RHT is undone unless ``rotated``."""
-    from fp4lab.kernels.dequantize import dequantize_triton
+    from fp4lab.kernels.dequantize_launch import dequantize_triton
 
     return dequantize_triton(qt.codes, qt.scale_codes, qt.tensor_scale, qt.fmt, qt.axis, rht=qt.rht,
                              rht_seed=qt.rht_seed, rotated=rotated, out_dtype=out_dtype)
@@ -35,13 +35,13 @@ def dequantize_cuda(qt: QuantizedTensor, rotated: bool = False, out_dtype: Any =
 
 def rht_cuda(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> Any:
     """fp32 randomized Hadamard transform of torch tensor ``x`` (see ``fp4lab.rht``)."""
-    from fp4lab.kernels.rht import rht_triton
+    from fp4lab.kernels.rht_launch import rht_triton
 
     return rht_triton(x, size=size, seed=seed, axis=axis, inverse=inverse)
 
 
 def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
     """fp32 A @ B.T of quantized A [M, K] and B [N, K] (see ``fp4lab.kernels.gemm`` for both modes)."""
-    from fp4lab.kernels.gemm import gemm_triton
+    from fp4lab.kernels.gemm_launch import gemm_triton
 
     return gemm_triton(qa, qb, mode=mode)

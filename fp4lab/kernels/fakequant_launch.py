@@ -303,7 +303,7 @@ def _check_extents(fmt: QuantFormat, M: int, K: int, along_k: Blocking | None, a
 def _fallback(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
               sr_bits: int, out_dtype: Any, apply_ts: bool) -> tuple:
     """Quantize kernel + dequantize kernel per output (same bits, two passes each)."""
-    from fp4lab.kernels.dequantize import dequantize_triton
+    from fp4lab.kernels.dequantize_launch import dequantize_triton
     from fp4lab.kernels.quantize_launch import quantize_triton
 
     res: list[Any] = []

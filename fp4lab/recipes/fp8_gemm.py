@@ -78,7 +78,7 @@ def _encode_torch(h: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch
 
 def e4m3_rows_reference(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:
     """The E4M3 operand of bf16 ``t`` [R, C] (rows of ``t``; with ``transpose``, its columns), in torch integer
-    arithmetic on any device: the same bits as ``fp4lab.kernels.fp8_convert.to_e4m3_rows_triton``."""
+    arithmetic on any device: the same bits as ``fp4lab.kernels.fp8_convert_launch.to_e4m3_rows_triton``."""
     if t.ndim != 2 or t.dtype != torch.bfloat16:
         raise InputError(f"to_e4m3_rows: expected a 2-D bfloat16 tensor, got {t.dtype} of shape {tuple(t.shape)}")
     x = (t.t() if transpose else t).contiguous()
@@ -96,7 +96,7 @@ def e4m3_rows_reference(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:
 def to_e4m3_rows(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:
     """E4M3 operand of bf16 ``t``: the Triton kernel on CUDA, the torch twin on the CPU (same bits)."""
     if t.is_cuda or TRITON_ON_CPU:
-        from fp4lab.kernels.fp8_convert import to_e4m3_rows_triton
+        from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
 
         return E4M3Rows(*to_e4m3_rows_triton(t, transpose))
     return e4m3_rows_reference(t, transpose)
