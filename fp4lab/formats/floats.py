@@ -80,10 +80,6 @@ class FloatFormat(SpecModel):
     def has_zero(self) -> bool:
         return self.zero_exponent != "normal"
 
-    @property
-    def has_negative_zero(self) -> bool:
-        return self.signed and self.has_zero and self.specials != "fnuz"
-
     @cached_property
     def max_finite(self) -> float:
         """Largest finite value (float64, exact)."""
