@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 import fp4lab
+from fp4lab import QuantizeOptions
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.emulator.rht import rht_reference
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
@@ -44,8 +45,8 @@ def main() -> None:
     for name in fp4lab.list_formats():
         fmt = fp4lab.get_format(name)
         for rht in (None, 16):
-            q = quantize_cuda(torch.from_numpy(x).cuda(), fmt, rht=rht, rht_seed=1)
-            ref = quantize_reference(x, fmt, rht=rht, rht_seed=1)
+            q = quantize_cuda(torch.from_numpy(x).cuda(), fmt, QuantizeOptions(rht=rht, rht_seed=1))
+            ref = quantize_reference(x, fmt, QuantizeOptions(rht=rht, rht_seed=1))
             got = dequantize_cuda(q, rotated=True, out_dtype=torch.bfloat16).view(torch.int16).cpu().numpy()
             want = torch.from_numpy(dequantize_reference(ref, rotated=True)).to(torch.bfloat16)
             wn = want.float().isnan().numpy()

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import fp4lab
+from fp4lab import QuantizeOptions
 from fp4lab.emulator.fakequant import fake_quantize_reference
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.formats import QuantFormat
@@ -61,8 +62,8 @@ def inputs(scale_overflow: bool, rows: int, cols: int) -> dict[str, np.ndarray]:
 def check(fmt: QuantFormat, mode: str, x: np.ndarray) -> dict:
     xt = torch.from_numpy(x).to(DEV)
     with np.errstate(all="ignore"):
-        ref = quantize_reference(x, fmt, mode)
-        q = quantize_cuda(xt, fmt, mode)
+        ref = quantize_reference(x, fmt, QuantizeOptions(mode))
+        q = quantize_cuda(xt, fmt, QuantizeOptions(mode))
         out = {"codes": int(np.sum(q.codes.cpu().numpy() != ref.codes))}
         if ref.scale_codes.size:
             sc = q.scale_codes.cpu()

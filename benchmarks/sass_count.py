@@ -118,8 +118,8 @@ def main() -> None:
         elif args.kernel == "quantize":
             cap = q._quantize_kernel = Capture(q._quantize_kernel)
             try:
-                quantize_triton(x, fmt, mode or "rtne", 1, packed=True, tensor_amax=x.float().abs().max().reshape(1),
-                                  store_scales=False, tile=(bm, bk, warps))
+                quantize_triton(x, fmt, fp4lab.QuantizeOptions(mode or "rtne", 1), packed=True,
+                                tensor_amax=x.float().abs().max().reshape(1), store_scales=False, tile=(bm, bk, warps))
             finally:
                 q._quantize_kernel = cap.kernel
         else:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fp4lab.emulator.options import RHT_SIZES, QuantizeOptions, check_int, split_seed_checked
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
@@ -60,36 +61,6 @@ def _torch_fields(qt: QuantizedTensor) -> QuantizedTensor:
                                meta={**qt.meta, "torch": True})
 
 
-def _check_int(v: Any, what: str) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise InputError(f"{what} must be an int, got {type(v).__name__} {v!r}"[:200])
-    return int(v)
-
-
-def _check_quantize_args(rounding: Any, seed: Any, axis: Any, rht: Any, rht_seed: Any, sr_bits: Any) -> None:
-    """One-line ``InputError``s for arguments of the wrong type or value, before any backend sees them."""
-    from fp4lab.emulator.philox import check_sr_bits
-    from fp4lab.emulator.quantize import split_seed_checked
-    from fp4lab.emulator.rht import RHT_SIZES
-    from fp4lab.formats.grids import ROUNDING_MODES
-
-    if rounding is not None and not isinstance(rounding, str):
-        raise InputError(f"quantize: rounding must be None or one of {', '.join(ROUNDING_MODES)}, got "
-                         f"{type(rounding).__name__}")
-    if rounding is not None and rounding not in ROUNDING_MODES:
-        raise InputError(f"quantize: rounding '{rounding[:40]}' is unknown; use one of {', '.join(ROUNDING_MODES)}")
-    split_seed_checked(seed, "quantize: seed")
-    _check_int(axis, "quantize: axis")
-    if rht is not None and (isinstance(rht, (bool, np.bool_)) or not isinstance(rht, (int, np.integer))
-                            or int(rht) not in RHT_SIZES):
-        raise InputError(f"quantize: rht must be None or one of {', '.join(map(str, RHT_SIZES))}, got {rht!r}"[:200])
-    split_seed_checked(rht_seed, "quantize: rht_seed")
-    try:
-        check_sr_bits(sr_bits)
-    except InputError as exc:
-        raise InputError(f"quantize: {exc}"[:200]) from None
-
-
 def quantize(
     x: Any,
     fmt: FormatLike,
@@ -107,19 +78,19 @@ def quantize(
     (toward -Inf) or "sr" (``seed`` drives it).
     ``rht``: rotate along the blocked axis with ``fp4lab.rht(size=rht, seed=rht_seed)`` before scaling.
     ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
+    The arguments become one ``fp4lab.QuantizeOptions`` (which checks them: one-line ``InputError``s) that the
+    backend takes.
     """
     fmt = get_format(fmt)
-    _check_quantize_args(rounding, seed, axis, rht, rht_seed, sr_bits)
+    options = QuantizeOptions(rounding, seed, axis, rht, rht_seed, sr_bits)
     if _is_torch(x) and x.is_cuda:
         from fp4lab.kernels.api import quantize_cuda
 
-        return quantize_cuda(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed,
-                             sr_bits=sr_bits)
+        return quantize_cuda(x, fmt, options)
     from fp4lab.emulator.quantize import quantize_emulated
 
     arr = _to_float32_numpy(x, "quantize")
-    qt = quantize_emulated(arr, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed,
-                           sr_bits=sr_bits)
+    qt = quantize_emulated(arr, fmt, options)
     return _torch_fields(qt) if _is_torch(x) else qt
 
 
@@ -164,13 +135,10 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
 
 def rht(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> Any:
     """Random Hadamard transform of ``x`` in consecutive ``size``-element chunks along ``axis`` (float32)."""
-    from fp4lab.emulator.quantize import split_seed_checked
-    from fp4lab.emulator.rht import RHT_SIZES
-
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or int(size) not in RHT_SIZES:
         raise InputError(f"rht: size must be one of {', '.join(map(str, RHT_SIZES))}, got {size!r}"[:200])
     split_seed_checked(seed, "rht: seed")
-    _check_int(axis, "rht: axis")
+    check_int(axis, "rht: axis")
     if not isinstance(inverse, (bool, np.bool_)):
         raise InputError(f"rht: inverse must be True or False, got {type(inverse).__name__}")
     if _is_torch(x) and x.is_cuda:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fp4lab
+from fp4lab import QuantizeOptions
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.formats.quant_format import QuantFormat
@@ -27,8 +28,8 @@ def _bits(a) -> np.ndarray:
 
 
 def assert_twin(x: np.ndarray, fmt: QuantFormat, **kw) -> None:
-    ref = quantize_reference(x, fmt, **kw)
-    got = quantize_emulated(x, fmt, **kw)
+    ref = quantize_reference(x, fmt, QuantizeOptions(**kw))
+    got = quantize_emulated(x, fmt, QuantizeOptions(**kw))
     for field in ("codes", "scale_codes", "scales"):
         a, b = getattr(ref, field), getattr(got, field)
         assert a.dtype == b.dtype and a.shape == b.shape, (field, a.dtype, b.dtype, a.shape, b.shape)
@@ -143,9 +144,9 @@ def test_same_errors_as_reference() -> None:
                 dict(x=np.zeros((32,), F32), rounding="nearest")):
         x = bad.pop("x")
         with pytest.raises(ValueError) as e_ref:
-            quantize_reference(x, fmt, **bad)
+            quantize_reference(x, fmt, QuantizeOptions(**bad))
         with pytest.raises(ValueError) as e_nb:
-            quantize_emulated(x, fmt, **bad)
+            quantize_emulated(x, fmt, QuantizeOptions(**bad))
         assert type(e_ref.value) is type(e_nb.value) and str(e_ref.value) == str(e_nb.value)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import fp4lab
+from fp4lab import QuantizeOptions
 from fp4lab.emulator import nb_quantize
 from fp4lab.emulator.nb_quantize import Geometry, quantize_blocks
 from fp4lab.emulator.nb_tables import tables_for
@@ -61,7 +62,7 @@ def test_kernels_compile_one_specialization_each():
         fmt = fp4lab.get_format(name)
         for arr in (x, ro):
             for axis in (-1, 0):
-                qt = quantize_emulated(arr, fmt, axis=axis)
+                qt = quantize_emulated(arr, fmt, QuantizeOptions(axis=axis))
                 qt.codes.setflags(write=False)
                 dequantize_emulated(qt)
     fmt = fp4lab.get_format("mxfp4")  # the kernel's wrapper with writable copies of the cached tables

@@ -22,6 +22,7 @@ from gfloat.formats import format_info_ocp_e2m1, format_info_ocp_e4m3, format_in
 from gfloat.types import Domain, FormatInfo  # noqa: E402
 
 import fp4lab  # noqa: E402
+from fp4lab import QuantizeOptions  # noqa: E402
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.formats import QuantFormat, ScaleFormat  # noqa: E402
 from fp4lab.formats.quant_format import NAMED_SCALES  # noqa: E402
@@ -186,9 +187,9 @@ def test_directed_modes_on_every_backend(mode: str) -> None:
         fmt = fp4lab.get_format(name)
         x = make_input("adversarial", 32, 128, seed=3)
         with np.errstate(all="ignore"):
-            ref = quantize_reference(x, fmt, mode)
-            emu = quantize_emulated(x, fmt, mode)
-            tri = quantize_cuda(torch.from_numpy(x), fmt, mode)
+            ref = quantize_reference(x, fmt, QuantizeOptions(mode))
+            emu = quantize_emulated(x, fmt, QuantizeOptions(mode))
+            tri = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(mode))
         for q in (emu, tri):
             codes = q.codes.numpy() if hasattr(q.codes, "numpy") else q.codes
             sc = q.scale_codes.numpy() if hasattr(q.scale_codes, "numpy") else q.scale_codes

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fp4lab
+from fp4lab import QuantizeOptions
 from fp4lab.emulator.pack import pack_nibbles
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.emulator.rht import rht_reference
@@ -52,9 +53,10 @@ def test_quantize_matches_reference_all_formats(name):
         if two_d and axis == 0:
             axis = -1
         x = make_input("adversarial" if i % 2 == 0 else "random", 128, 128, seed=i)
+        opts = QuantizeOptions(rounding, seed=11 + i, axis=axis, rht=rht, rht_seed=5)
         with np.errstate(all="ignore"):
-            qt = quantize_cuda(torch.from_numpy(x), fmt, rounding, seed=11 + i, axis=axis, rht=rht, rht_seed=5)
-        ref = quantize_reference(x, fmt, rounding, seed=11 + i, axis=axis, rht=rht, rht_seed=5)
+            qt = quantize_cuda(torch.from_numpy(x), fmt, opts)
+        ref = quantize_reference(x, fmt, opts)
         assert_same(qt, ref)
 
 
@@ -68,12 +70,13 @@ def test_quantize_bf16_words_path_all_formats(name):
     for i, (rounding, kind) in enumerate([("rtne", "adversarial"), ("sr", "random"), ("sr", "adversarial")]):
         xt = torch.from_numpy(make_input(kind, 64, 256, seed=20 + i)).to(torch.bfloat16)
         x = xt.to(torch.float32).numpy()
+        opts = QuantizeOptions(rounding, seed=3 + i)
         with np.errstate(all="ignore"):
-            qt = quantize_cuda(xt, fmt, rounding, seed=3 + i)
-            ref = quantize_reference(x, fmt, rounding, seed=3 + i)
+            qt = quantize_cuda(xt, fmt, opts)
+            ref = quantize_reference(x, fmt, opts)
             assert_same(qt, ref)
             if fmt.element.bits == 4:
-                codes = quantize_triton(xt, fmt, rounding, seed=3 + i, packed=True)[0]
+                codes = quantize_triton(xt, fmt, opts, packed=True).packed_codes
                 assert np.array_equal(codes.numpy(), pack_nibbles(ref.codes))
 
 
@@ -96,7 +99,8 @@ def test_division_by_reciprocal_falls_back_near_boundaries(name):
     x = np.concatenate([np.stack(rows), make_input("random", 32, 128, seed=12)]).astype(np.float32)
     for xt in (torch.from_numpy(x), torch.from_numpy(x).to(torch.bfloat16)):
         xf = xt.to(torch.float32).numpy()
-        assert_same(quantize_cuda(xt, fmt, "rtne"), quantize_reference(xf, fmt, "rtne"))
+        opts = QuantizeOptions("rtne")
+        assert_same(quantize_cuda(xt, fmt, opts), quantize_reference(xf, fmt, opts))
 
 
 @pytest.mark.parametrize("mode", ["rtna", "rtnz", "rtz"])
@@ -105,8 +109,8 @@ def test_other_rounding_modes(mode):
         fmt = fp4lab.get_format(name)
         x = make_input("adversarial", 64, 128, seed=3)
         with np.errstate(all="ignore"):
-            qt = quantize_cuda(torch.from_numpy(x), fmt, mode)
-        assert_same(qt, quantize_reference(x, fmt, mode))
+            qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(mode))
+        assert_same(qt, quantize_reference(x, fmt, QuantizeOptions(mode)))
 
 
 def test_input_dtypes_and_middle_axis():
@@ -116,12 +120,13 @@ def test_input_dtypes_and_middle_axis():
         xt = torch.from_numpy(x).to(dt)
         xf = xt.to(torch.float32).numpy()
         for mode in ("rtne", "sr"):
-            assert_same(quantize_cuda(xt, fmt, mode, seed=2, rht=32), quantize_reference(xf, fmt, mode, seed=2, rht=32))
+            opts = QuantizeOptions(mode, seed=2, rht=32)
+            assert_same(quantize_cuda(xt, fmt, opts), quantize_reference(xf, fmt, opts))
     x3 = make_input("adversarial", 6 * 64, 24, seed=5).reshape(6, 64, 24)
     for mode in ("rtne", "sr"):
         with np.errstate(all="ignore"):
-            qt = quantize_cuda(torch.from_numpy(x3), fmt, mode, seed=9, axis=1, rht=16)
-        assert_same(qt, quantize_reference(x3, fmt, mode, seed=9, axis=1, rht=16))
+            qt = quantize_cuda(torch.from_numpy(x3), fmt, QuantizeOptions(mode, seed=9, axis=1, rht=16))
+        assert_same(qt, quantize_reference(x3, fmt, QuantizeOptions(mode, seed=9, axis=1, rht=16)))
 
 
 def test_spec_file_grid_runs_without_new_kernel_code(tmp_path):
@@ -138,8 +143,8 @@ def test_spec_file_grid_runs_without_new_kernel_code(tmp_path):
         x = make_input("adversarial", 64, 128, seed=6)
         for mode in ("rtne", "sr", "rtna"):
             with np.errstate(all="ignore"):
-                qt = quantize_cuda(torch.from_numpy(x), fmt, mode, seed=1, rht=16)
-            assert_same(qt, quantize_reference(x, fmt, mode, seed=1, rht=16))
+                qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(mode, seed=1, rht=16))
+            assert_same(qt, quantize_reference(x, fmt, QuantizeOptions(mode, seed=1, rht=16)))
 
 
 def test_packed_output_matches_pack_nibbles():
@@ -147,11 +152,16 @@ def test_packed_output_matches_pack_nibbles():
 
     fmt = fp4lab.get_format("nvfp4")
     x = make_input("random", 32, 256, seed=7)
-    codes, *_ = quantize_triton(torch.from_numpy(x), fmt, "sr", seed=3, packed=True)
-    ref = quantize_reference(x, fmt, "sr", seed=3)
-    assert np.array_equal(codes.numpy(), pack_nibbles(ref.codes))
+    q = quantize_triton(torch.from_numpy(x), fmt, QuantizeOptions("sr", seed=3), packed=True)
+    ref = quantize_reference(x, fmt, QuantizeOptions("sr", seed=3))
+    assert np.array_equal(q.packed_codes.numpy(), pack_nibbles(ref.codes))
+    # the kernel's bytes are the packed codes; no unpacked codes are made up, and dequantize says so
+    assert q.codes is None and q.packed() is q.packed_codes and q.shape == ref.shape
+    assert np.array_equal(q.scale_codes.numpy(), ref.scale_codes)
+    with pytest.raises(InputError, match="packed only"):
+        fp4lab.dequantize(q)
     with pytest.raises(InputError):
-        quantize_triton(torch.from_numpy(x), fmt, packed=True, axis=0)
+        quantize_triton(torch.from_numpy(x), fmt, QuantizeOptions(axis=0), packed=True)
 
 
 @pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "nvfp4-2d", "nf4-b64-fp32", "e2m1", "int4-b32-e8m0"])
@@ -162,8 +172,8 @@ def test_dequantize_fp32_bf16_and_inverse_rht(name):
     x = make_input("adversarial", 64, 128, seed=8)
     for rht in (None, 16):
         with np.errstate(all="ignore"):
-            qt = quantize_cuda(torch.from_numpy(x), fmt, rht=rht, rht_seed=2)
-            ref = quantize_reference(x, fmt, rht=rht, rht_seed=2)
+            qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(rht=rht, rht_seed=2))
+            ref = quantize_reference(x, fmt, QuantizeOptions(rht=rht, rht_seed=2))
             got = dequantize_cuda(qt).numpy()
             got_bf = dequantize_cuda(qt, rotated=True, out_dtype=torch.bfloat16)
         assert np.array_equal(_bits(got), _bits(dequantize_reference(ref)))
@@ -272,9 +282,11 @@ def test_swizzle_128x4_layout():
     from fp4lab.kernels.quantize_launch import quantize_triton
 
     x = torch.from_numpy(make_input("random", 256, 256, seed=2))
-    _, plain, *_ = quantize_triton(x, fp4lab.get_format("mxfp4"))
-    _, swz, *_ = quantize_triton(x, fp4lab.get_format("mxfp4"), swizzle=True)
-    assert torch.equal(swz, swizzle_scales_128x4(plain))
+    plain = quantize_triton(x, fp4lab.get_format("mxfp4")).scale_codes
+    q = quantize_triton(x, fp4lab.get_format("mxfp4"), swizzle=True)
+    assert torch.equal(q.scale_codes_swizzled, swizzle_scales_128x4(plain))
+    # swizzled_scale_codes() returns the launcher's bytes; scale_codes stay row-major
+    assert q.swizzled_scale_codes() is q.scale_codes_swizzled and torch.equal(q.scale_codes, plain)
     codes = torch.randint(0, 16, (4, 10), dtype=torch.uint8)
     assert torch.equal(unpack_nibbles_torch(fp4lab.quantized.QuantizedTensor(
         codes, None, None, None, fp4lab.get_format("e2m1"), 1, "rtne").packed()), codes)
@@ -411,5 +423,5 @@ def test_scale_overflow_saturates_and_zero_times_infinite_reciprocal():
     for fmt in (tiny, recip, recip32):
         for mode in ("rtne", "sr"):
             with np.errstate(all="ignore"):
-                qt = quantize_cuda(torch.from_numpy(x), fmt, mode, seed=4)
-            assert_same(qt, quantize_reference(x, fmt, mode, seed=4))
+                qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(mode, seed=4))
+            assert_same(qt, quantize_reference(x, fmt, QuantizeOptions(mode, seed=4)))

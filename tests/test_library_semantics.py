@@ -26,6 +26,7 @@ with warnings.catch_warnings():
     from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, nvfp4_quantize, per_tensor_amax_to_scale
 
 import fp4lab  # noqa: E402
+from fp4lab import QuantizeOptions  # noqa: E402
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated  # noqa: E402
 from fp4lab.emulator.ref_encode import encode_scale  # noqa: E402
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference  # noqa: E402
@@ -372,6 +373,7 @@ def test_new_fields_twin_on_random_formats(data: st.DataObject) -> None:
     x = data.draw(block_inputs(fmt))
     mode = data.draw(rounding_modes())
     with np.errstate(all="ignore"):
-        ref, emu = quantize_reference(x, fmt, mode, seed=3), quantize_emulated(x, fmt, mode, seed=3)
+        opts = QuantizeOptions(mode, seed=3)
+        ref, emu = quantize_reference(x, fmt, opts), quantize_emulated(x, fmt, opts)
         assert np.array_equal(ref.codes, emu.codes) and np.array_equal(ref.scale_codes, emu.scale_codes)
         assert np.array_equal(u32(dequantize_reference(ref)), u32(dequantize_emulated(emu)))

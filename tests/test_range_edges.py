@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fp4lab
+from fp4lab import QuantizeOptions
 import fp4lab.emulator.ref_quantize as rq
 from fp4lab.emulator.fakequant import fake_quantize_reference
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
@@ -69,8 +70,8 @@ def u32(a) -> np.ndarray:
 def assert_kernel_equals_reference(x: np.ndarray, fmt, mode: str, axis: int = -1) -> None:
     """quantize_cuda (interpreter) == quantize_reference: codes, scale codes, scales, tensor scale, dequantized."""
     with np.errstate(all="ignore"):
-        qt = quantize_cuda(torch.from_numpy(x), fmt, mode, seed=8, axis=axis)
-        ref = rq.quantize_reference(x, fmt, mode, seed=8, axis=axis)
+        qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(mode, seed=8, axis=axis))
+        ref = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=8, axis=axis))
         want = rq.dequantize_reference(ref)
     label = (fmt.name, mode, axis, float(np.abs(x).max()))
     assert np.array_equal(qt.codes.numpy(), ref.codes), label
@@ -103,9 +104,9 @@ def test_finite_huge_inputs_decode_finite(name):
     fmt = fp4lab.get_format(name)
     for x in (issue_huge(), range_edge_input(32, 64, seed=1)):
         for mode in ("rtne", "sr"):
-            ref = rq.quantize_reference(x, fmt, mode, seed=2)
+            ref = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=2))
             assert np.isfinite(rq.dequantize_reference(ref)).all(), (name, mode)
-            emu = quantize_emulated(x, fmt, mode, seed=2)
+            emu = quantize_emulated(x, fmt, QuantizeOptions(mode, seed=2))
             assert same_bits(emu, ref), (name, mode)
             assert np.array_equal(dequantize_emulated(emu).view(np.uint32),
                                   rq.dequantize_reference(ref).view(np.uint32))
@@ -187,7 +188,7 @@ def test_rht_overflow_is_ieee_and_documented():
     big = np.full((1, 16), 3e38, F32)
     y = rht_reference(big, size=16)
     assert np.isnan(y).any() and np.array_equal(rht(big, size=16).view(np.uint32), y.view(np.uint32))
-    q = rq.quantize_reference(big, fp4lab.get_format("nvfp4"), rht=16)
+    q = rq.quantize_reference(big, fp4lab.get_format("nvfp4"), QuantizeOptions(rht=16))
     assert np.isnan(np.asarray(q.scales)).all()
 
 
@@ -232,13 +233,13 @@ def test_policies_move_only_broken_results(data):
         x = data.draw(fp4lab.testing.block_inputs(fmt))
     mode = data.draw(rounding_modes())
     with np.errstate(all="ignore"):
-        new = rq.quantize_reference(x, fmt, mode, seed=4)
+        new = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=4))
         if fmt.overflow == "saturate":  # ("inf" maps overflow to Inf codes on purpose; NaN blocks hold finite x)
             assert not np.isinf(rq.dequantize_reference(new)[np.isfinite(x)]).any()
         with policies_off():
-            old = rq.quantize_reference(x, fmt, mode, seed=4)
+            old = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=4))
         assert same_bits(new, old) or broken(x, old, fmt)
-        emu = quantize_emulated(x, fmt, mode, seed=4)
+        emu = quantize_emulated(x, fmt, QuantizeOptions(mode, seed=4))
     assert same_bits(emu, new)
 
 

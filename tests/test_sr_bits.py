@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fp4lab
+from fp4lab import QuantizeOptions
 from fp4lab.emulator.philox import (
     philox4x32_reference,
     sr_bits_for,
@@ -171,9 +172,10 @@ def test_quantize_emulated_equals_reference_every_width(name, bits):
     for kind, axis, rht in (("adversarial", -1, None), ("random", 0, None), ("random", -1, 16),
                             ("adversarial", 0, 16)):
         x = make_input(kind, 64, 128, seed=bits + axis)
+        opts = QuantizeOptions("sr", seed=21, axis=axis, rht=rht, rht_seed=3, sr_bits=bits)
         with np.errstate(all="ignore"):
-            ref = quantize_reference(x, fmt, "sr", seed=21, axis=axis, rht=rht, rht_seed=3, sr_bits=bits)
-            got = quantize_emulated(x, fmt, "sr", seed=21, axis=axis, rht=rht, rht_seed=3, sr_bits=bits)
+            ref = quantize_reference(x, fmt, opts)
+            got = quantize_emulated(x, fmt, opts)
         assert_same_qt(got, ref)
 
 
@@ -182,7 +184,7 @@ def test_quantize_widths_change_the_codes(name):
     """sr_bits is not ignored anywhere on the way: different widths give different codes on random data."""
     fmt = fp4lab.get_format(name)
     x = make_input("random", 64, 128, seed=2)
-    codes = {b: quantize_emulated(x, fmt, "sr", seed=4, sr_bits=b).codes for b in WIDTHS}
+    codes = {b: quantize_emulated(x, fmt, QuantizeOptions("sr", seed=4, sr_bits=b)).codes for b in WIDTHS}
     for b in (16, 8, 4):
         assert not np.array_equal(codes[b], codes[24]), b
     assert not np.array_equal(codes[8], codes[4])
@@ -194,14 +196,15 @@ def test_sr_bits_24_is_the_default(name):
     x = make_input("random", 64, 128, seed=8)
     assert np.array_equal(sr_random_bits_reference(3, 1000), sr_random_bits_reference(3, 1000, 24))
     assert np.array_equal(sr_random_bits(3, 1000), sr_random_bits(3, 1000, 24))
-    assert_same_qt(quantize_reference(x, fmt, "sr", 9, sr_bits=24), quantize_reference(x, fmt, "sr", 9))
-    assert_same_qt(quantize_emulated(x, fmt, "sr", 9, sr_bits=24), quantize_emulated(x, fmt, "sr", 9))
+    explicit, default = QuantizeOptions("sr", 9, sr_bits=24), QuantizeOptions("sr", 9)
+    assert_same_qt(quantize_reference(x, fmt, explicit), quantize_reference(x, fmt, default))
+    assert_same_qt(quantize_emulated(x, fmt, explicit), quantize_emulated(x, fmt, default))
     assert_same_qt(fp4lab.quantize(x, fmt, "sr", 9, sr_bits=24), fp4lab.quantize(x, fmt, "sr", 9))
-    assert_same_qt(fp4lab.quantize(x, fmt, "sr", 9), quantize_reference(x, fmt, "sr", 9))
+    assert_same_qt(fp4lab.quantize(x, fmt, "sr", 9), quantize_reference(x, fmt, default))
     xt = torch.from_numpy(x)
     with np.errstate(all="ignore"):  # the interpreter evaluates x / 0 of zero-scale paths with numpy
-        assert_same_qt(quantize_cuda(xt, fmt, "sr", 9, sr_bits=24), quantize_cuda(xt, fmt, "sr", 9))
-        assert_same_qt(quantize_cuda(xt, fmt, "sr", 9), quantize_reference(x, fmt, "sr", 9))
+        assert_same_qt(quantize_cuda(xt, fmt, explicit), quantize_cuda(xt, fmt, default))
+        assert_same_qt(quantize_cuda(xt, fmt, default), quantize_reference(x, fmt, default))
 
 
 def test_sr_bits_is_keyword_only_in_quantize():
@@ -221,9 +224,9 @@ def test_invalid_sr_bits_raise_one_line_input_error(bad):
         lambda: fp4lab.quantize(x, "mxfp4", "sr", sr_bits=bad),
         lambda: fp4lab.quantize(x, "mxfp4", "rtne", sr_bits=bad),
         lambda: fp4lab.quantize(torch.from_numpy(x), "nvfp4", "sr", sr_bits=bad),
-        lambda: quantize_reference(x, fp4lab.get_format("ufp4"), "sr", sr_bits=bad),
-        lambda: quantize_emulated(x, fp4lab.get_format("ufp4"), "sr", sr_bits=bad),
-        lambda: quantize_cuda(torch.from_numpy(x), "mxfp4", "sr", sr_bits=bad),
+        lambda: quantize_reference(x, fp4lab.get_format("ufp4"), QuantizeOptions("sr", sr_bits=bad)),
+        lambda: quantize_emulated(x, fp4lab.get_format("ufp4"), QuantizeOptions("sr", sr_bits=bad)),
+        lambda: quantize_cuda(torch.from_numpy(x), "mxfp4", QuantizeOptions("sr", sr_bits=bad)),
         lambda: sr_random_bits_reference(0, 10, bad),
         lambda: sr_random_bits(0, 10, bad),
     ]
@@ -300,7 +303,7 @@ def test_sr_rule_is_floor_p_2w_greater_than_r():
     x = (2.0 + p).astype(np.float32).reshape(32, 128)
     fmt = fp4lab.get_format("e2m1")
     for bits in WIDTHS:
-        v = fp4lab.dequantize(quantize_reference(x, fmt, "sr", seed=77, sr_bits=bits)).reshape(-1)
+        v = fp4lab.dequantize(quantize_reference(x, fmt, QuantizeOptions("sr", seed=77, sr_bits=bits))).reshape(-1)
         r = sr_random_bits_reference(77, x.size, bits) >> np.uint32(24 - bits)
         want = np.where(np.floor(p * (1 << bits)) > r, 3.0, 2.0)
         assert np.array_equal(v, want), bits
@@ -325,9 +328,10 @@ def test_triton_quantize_sr_every_width(name, bits):
                                                   (0, torch.bfloat16, "adversarial", None)]):
         xt = torch.from_numpy(make_input(kind, 64, 128, seed=i)).to(dtype)
         x = xt.float().numpy()
+        opts = QuantizeOptions("sr", seed=50 + i, axis=axis, rht=rht, rht_seed=2, sr_bits=bits)
         with np.errstate(all="ignore"):
-            got = quantize_cuda(xt, fmt, "sr", seed=50 + i, axis=axis, rht=rht, rht_seed=2, sr_bits=bits)
-            want = quantize_reference(x, fmt, "sr", seed=50 + i, axis=axis, rht=rht, rht_seed=2, sr_bits=bits)
+            got = quantize_cuda(xt, fmt, opts)
+            want = quantize_reference(x, fmt, opts)
         assert_same_qt(got, want)
 
 
@@ -355,12 +359,14 @@ def test_triton_quantize_sr_general_random_path(bits):
         for dtype in (torch.float32, torch.bfloat16):
             xt = torch.from_numpy(x).to(dtype)
             xf = xt.float().numpy()
+            opts = QuantizeOptions("sr", 13, axis, sr_bits=bits)
             with np.errstate(all="ignore"):
-                codes, scodes, scales, ts, ax, _ = quantize_triton(xt, fmt, "sr", 13, axis, sr_bits=bits, tile=tile)
-                want = quantize_reference(xf, fmt, "sr", 13, axis, sr_bits=bits)
-            assert ax == want.axis
-            assert np.array_equal(codes.numpy(), want.codes), (fmt.name, x.shape, tile, dtype)
-            assert np.array_equal(_scale_codes(scodes).astype(np.int64), _u32(want.scale_codes).astype(np.int64))
-            assert np.array_equal(_u32(scales), _u32(np.asarray(want.scales, np.float32)))
+                got = quantize_triton(xt, fmt, opts, tile=tile)
+                want = quantize_reference(xf, fmt, opts)
+            assert got.axis == want.axis
+            assert np.array_equal(got.codes.numpy(), want.codes), (fmt.name, x.shape, tile, dtype)
+            assert np.array_equal(_scale_codes(got.scale_codes).astype(np.int64),
+                                  _u32(want.scale_codes).astype(np.int64))
+            assert np.array_equal(_u32(got.scales), _u32(np.asarray(want.scales, np.float32)))
             if want.tensor_scale is not None:
-                assert float(ts) == float(want.tensor_scale)
+                assert float(got.tensor_scale) == float(want.tensor_scale)

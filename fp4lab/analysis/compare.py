@@ -131,10 +131,11 @@ def _quantize_dequantize(x: np.ndarray, fmt: Any, rht: int | None, rht_seed: int
         qt = fp4lab.quantize(x, fmt, rounding=rounding, rht=rht, rht_seed=rht_seed)
         basis = x if rht is None else np.asarray(fp4lab.rht(x, size=rht, seed=rht_seed, axis=qt.axis))
         return qt, basis, np.asarray(fp4lab.dequantize(qt, rotated=True))
+    from fp4lab.emulator.options import QuantizeOptions
     from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
     from fp4lab.emulator.rht import rht_reference
 
-    qt = quantize_reference(x, fmt, rounding=rounding, rht=rht, rht_seed=rht_seed)
+    qt = quantize_reference(x, fmt, QuantizeOptions(rounding=rounding, rht=rht, rht_seed=rht_seed))
     basis = x if rht is None else rht_reference(x, size=rht, seed=rht_seed, axis=qt.axis)
     return qt, basis, dequantize_reference(qt, rotated=True)
 

@@ -6,11 +6,12 @@
     out = v                        dtype "fp32"
     out = bf16_rtne(v)             dtype "bf16": rounded to the nearest bf16, ties to even (NaN stays NaN)
 
-with ``code, S, ts`` from ``quantize_reference(x, fmt, rounding, seed, axis, rht, rht_seed, sr_bits)`` and no
-inverse RHT (values stay in the rotated basis, where the two rotated operands of a GEMM multiply to the
-unrotated product). For formats whose products ``value * S`` are bf16 numbers (MXFP4, NVFP4 without its tensor
-scale, UFP4-E4M3 without it, INT4 with E8M0 scales) the bf16 rounding changes nothing; for FP32-scaled formats
-(UFP4, the paper's E2M1 reference) it is one extra rounding of each operand (docs/numerics.md).
+with ``code, S, ts`` from ``quantize_reference(x, fmt, QuantizeOptions(rounding, seed, axis, rht, rht_seed,
+sr_bits))`` and no inverse RHT (values stay in the rotated basis, where the two rotated operands of a GEMM
+multiply to the unrotated product). For formats whose products ``value * S`` are bf16 numbers (MXFP4, NVFP4
+without its tensor scale, UFP4-E4M3 without it, INT4 with E8M0 scales) the bf16 rounding changes nothing; for
+FP32-scaled formats (UFP4, the paper's E2M1 reference) it is one extra rounding of each operand
+(docs/numerics.md).
 ``fake_quantize_emulated`` is the numba twin (same bits).
 """
 
@@ -21,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from fp4lab.emulator.options import QuantizeOptions
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.quantized import QuantizedTensor
 
@@ -61,7 +63,7 @@ def fake_quantize_reference(x: np.ndarray, fmt: QuantFormat, rounding: str | Non
     from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 
     _check_dtype(dtype)
-    qt = quantize_reference(x, fmt, rounding, seed, axis, rht, rht_seed, sr_bits=sr_bits)
+    qt = quantize_reference(x, fmt, QuantizeOptions(rounding, seed, axis, rht, rht_seed, sr_bits))
     return _finish(qt, dequantize_reference, dtype, apply_tensor_scale), qt.tensor_scale
 
 
@@ -73,5 +75,5 @@ def fake_quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None
     from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
 
     _check_dtype(dtype)
-    qt = quantize_emulated(x, fmt, rounding, seed, axis, rht, rht_seed, sr_bits=sr_bits)
+    qt = quantize_emulated(x, fmt, QuantizeOptions(rounding, seed, axis, rht, rht_seed, sr_bits))
     return _finish(qt, dequantize_emulated, dtype, apply_tensor_scale), qt.tensor_scale

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from fp4lab.emulator.jit import njit
+from fp4lab.emulator.options import SR_BITS, check_sr_bits
 from fp4lab.errors import InputError
 
 N_ROUNDS = 10
@@ -26,8 +27,8 @@ ROUND_A = 0xD2511F53  # multiplier applied to c0
 ROUND_B = 0xCD9E8D57  # multiplier applied to c2
 KEY_A = 0x9E3779B9  # added to k0 after every round
 KEY_B = 0xBB67AE85  # added to k1 after every round
-SR_BITS = 24  # default random bits per element for stochastic rounding: word >> 8
-SR_WIDTHS = (4, 8, 16, 24)  # allowed random-bit widths (``sr_bits``)
+# SR_BITS (24, the default random bits per element of stochastic rounding: word >> 8), the allowed widths
+# SR_WIDTHS and check_sr_bits live in fp4lab.emulator.options, beside the other checks of quantize's options.
 
 _MASK32 = 0xFFFFFFFF
 
@@ -98,13 +99,6 @@ def philox4x32_reference(seed: int, offsets: np.ndarray) -> np.ndarray:
     c1 = (off >> np.uint64(32)).astype(np.uint32)
     zero = np.zeros_like(c0)
     return philox_rounds_reference(c0, c1, zero, zero, lo, hi)
-
-
-def check_sr_bits(bits: int) -> int:
-    """``bits`` if it is an allowed stochastic-rounding width (``SR_WIDTHS``), else an InputError."""
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in SR_WIDTHS:
-        raise InputError(f"sr_bits must be one of {', '.join(map(str, SR_WIDTHS))}, got {bits!r}")
-    return int(bits)
 
 
 def sr_elements_per_call(bits: int) -> int:

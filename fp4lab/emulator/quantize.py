@@ -15,7 +15,8 @@ from fp4lab.emulator.nb_quantize import (
     Geometry, decode_flat, dequantize_blocks, encode_flat, finite_amax, quantize_blocks,
 )
 from fp4lab.emulator.nb_tables import tables_for, with_multiplier_floor
-from fp4lab.emulator.philox import SR_BITS, check_sr_bits, split_seed
+from fp4lab.emulator.options import DEFAULT_OPTIONS, RHT_SIZES, QuantizeOptions, as_options, split_seed_checked
+from fp4lab.emulator.philox import split_seed
 from fp4lab.emulator.ref_quantize import check_rounding, dequantize_reference, quantize_reference, tensor_scales
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
@@ -49,16 +50,15 @@ def _uses_reference(fmt: QuantFormat) -> bool:
     return fmt.element.bits > 8
 
 
-def quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None = None, seed: int = 0, axis: int = -1,
-                      rht: int | None = None, rht_seed: int = 0, sr_bits: int = SR_BITS) -> QuantizedTensor:
-    """Quantize a float32 numpy array with ``fmt``: bit-identical to ``quantize_reference``."""
-    sr_bits = check_sr_bits(sr_bits)
+def quantize_emulated(x: np.ndarray, fmt: QuantFormat, options: QuantizeOptions = DEFAULT_OPTIONS) -> QuantizedTensor:
+    """Quantize a float32 numpy array with ``fmt`` and ``options``: bit-identical to ``quantize_reference``."""
+    options = as_options(options)
     if _uses_reference(fmt):
-        return quantize_reference(x, fmt, rounding=rounding, seed=seed, axis=axis, rht=rht, rht_seed=rht_seed,
-                                  sr_bits=sr_bits)
+        return quantize_reference(x, fmt, options)
     from fp4lab.emulator.rht import rht as rht_numba
 
-    mode = check_rounding(rounding, fmt)
+    seed, axis, rht, rht_seed, sr_bits = options.seed, options.axis, options.rht, options.rht_seed, options.sr_bits
+    mode = check_rounding(options.rounding, fmt)
     x = np.ascontiguousarray(x, dtype=F32)
     view = BlockView.for_format(x.shape, fmt, axis)
     seed_lo, seed_hi = (np.uint64(v) for v in split_seed(seed))
@@ -149,14 +149,15 @@ def check_quantized(qt: Any, what: str = "dequantize", *, require_tensor_scale: 
     numpy and torch (CPU or CUDA) fields are checked alike; value checks of scale-sized arrays run on the host.
     ``require_tensor_scale=False`` lets a two-level tensor come without its tensor scale, which is then left out
     (the emulator's twin of the kernels' ``apply_tensor_scale=False``; the public ``dequantize`` requires it)."""
-    from fp4lab.emulator.rht import RHT_SIZES
-
     if not isinstance(qt, QuantizedTensor):
         raise InputError(f"{what}: expected a QuantizedTensor (as fp4lab.quantize returns), got {type(qt).__name__}")
     fmt = qt.fmt
     if not isinstance(fmt, QuantFormat):
         raise InputError(f"{what}: qt.fmt must be a QuantFormat, got {type(fmt).__name__}")
     codes = qt.codes
+    if codes is None and qt.packed_codes is not None:
+        raise InputError(f"{what}: the codes are stored packed only (packed_codes, from quantize_triton(packed=True)); "
+                         "unpack them into codes first")
     if not _is_array(codes):
         raise InputError(f"{what}: codes must be a numpy array or torch tensor, got {type(codes).__name__}")
     want = "uint8" if fmt.element.bits <= 8 else "uint16"
@@ -226,13 +227,6 @@ def check_quantized(qt: Any, what: str = "dequantize", *, require_tensor_scale: 
     elif qt.tensor_scale is not None:
         raise InputError(f"{what}: format '{fmt.name}' has no tensor scale, but tensor_scale is set")
     return view
-
-
-def split_seed_checked(seed: Any, what: str) -> None:
-    """``InputError`` naming ``what`` unless ``seed`` is an int in [-2**63, 2**64)."""
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
-            or not -(2**63) <= int(seed) < 2**64:
-        raise InputError(f"{what} must be an int in [-2**63, 2**64), got {seed!r}")
 
 
 def dequantize_emulated(qt: QuantizedTensor, rotated: bool = False, *, check: bool = True) -> np.ndarray:

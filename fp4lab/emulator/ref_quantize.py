@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from fp4lab.emulator.blocks import BlockView
+from fp4lab.emulator.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
 from fp4lab.emulator.range_policy import clamp_tensor_scale, decoded_caps, multiplier_floor
 from fp4lab.emulator.ref_encode import (
     decode_elements, encode_elements, encode_scale, f32_bits, special_scale_code,
@@ -170,22 +171,16 @@ def _dequantize_blocks(codes, S, ts, fmt: QuantFormat) -> np.ndarray:
         return out if ts is None else (out * ts).astype(F32)
 
 
-def quantize_reference(
-    x: np.ndarray,
-    fmt: QuantFormat,
-    rounding: str | None = None,
-    seed: int = 0,
-    axis: int = -1,
-    rht: int | None = None,
-    rht_seed: int = 0,
-    sr_bits: int = 24,
-) -> QuantizedTensor:
-    """Quantize a float32 numpy array with ``fmt`` (see the module docstring for the exact arithmetic).
-    ``sr_bits``: random bits per element of stochastic rounding (``philox.sr_random_bits_reference``)."""
+def quantize_reference(x: np.ndarray, fmt: QuantFormat, options: QuantizeOptions = DEFAULT_OPTIONS) -> QuantizedTensor:
+    """Quantize a float32 numpy array with ``fmt`` and ``options`` (see the module docstring for the exact
+    arithmetic; ``options.sr_bits``: random bits per element of stochastic rounding,
+    ``philox.sr_random_bits_reference``)."""
     from fp4lab.emulator.philox import sr_random_bits_reference
     from fp4lab.emulator.rht import rht_reference
 
-    mode = check_rounding(rounding, fmt)
+    options = as_options(options)
+    seed, axis, rht, rht_seed, sr_bits = options.seed, options.axis, options.rht, options.rht_seed, options.sr_bits
+    mode = check_rounding(options.rounding, fmt)
     with np.errstate(over="ignore"):  # RTNE cast: float64 beyond the float32 range becomes +-Inf (step 1)
         x = np.ascontiguousarray(x, dtype=F32)
     view = BlockView.for_format(x.shape, fmt, axis)

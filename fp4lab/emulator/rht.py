@@ -23,10 +23,9 @@ import functools
 import numpy as np
 
 from fp4lab.emulator.jit import njit
+from fp4lab.emulator.options import RHT_SIZES  # the allowed sizes, beside the other checks of quantize's options
 from fp4lab.emulator.philox import philox4x32_reference
 from fp4lab.errors import InputError
-
-RHT_SIZES = (16, 32, 64, 128, 256)
 
 
 def _check_size(size: int) -> int:

@@ -2,27 +2,25 @@
 
 All return what the emulator returns for the same inputs, bit for bit, as torch tensors on the input's device:
 ``QuantizedTensor`` fields ``codes`` (uint8), ``scale_codes`` (uint8; int32 fp32 bits; uint16 bf16 bits),
-``scales`` (fp32) and ``tensor_scale`` (0-d fp32 tensor or None).
+``scales`` (fp32) and ``tensor_scale`` (0-d fp32 tensor or None). ``quantize_cuda`` takes the options record
+``QuantizeOptions``, as every quantize backend does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fp4lab.emulator.options import DEFAULT_OPTIONS, QuantizeOptions
 from fp4lab.formats.registry import get_format
 from fp4lab.quantized import QuantizedTensor
 
 
-def quantize_cuda(x: Any, fmt: Any, rounding: str | None = None, seed: int = 0, axis: int = -1,
-                  rht: int | None = None, rht_seed: int = 0, sr_bits: int = 24) -> QuantizedTensor:
-    """Triton quantize of torch tensor ``x`` (see ``fp4lab.quantize``)."""
+def quantize_cuda(x: Any, fmt: Any, options: QuantizeOptions = DEFAULT_OPTIONS) -> QuantizedTensor:
+    """Triton quantize of torch tensor ``x`` with format ``fmt`` (name, path or QuantFormat) under ``options``
+    (see ``fp4lab.quantize``): ``quantize_triton``'s plain outputs (unpacked codes, row-major scale codes)."""
     from fp4lab.kernels.quantize_launch import quantize_triton
 
-    fmt = get_format(fmt)
-    codes, scodes, scales, ts, ax, mode = quantize_triton(x, fmt, rounding, seed, axis, rht, rht_seed,
-                                                          sr_bits=sr_bits)
-    return QuantizedTensor(codes=codes, scale_codes=scodes, scales=scales, tensor_scale=ts, fmt=fmt, axis=ax,
-                           rounding=mode, seed=seed, rht=rht, rht_seed=rht_seed, meta={"torch": True})
+    return quantize_triton(x, get_format(fmt), options)
 
 
 def dequantize_cuda(qt: QuantizedTensor, rotated: bool = False, out_dtype: Any = None) -> Any:

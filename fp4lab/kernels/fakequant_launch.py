@@ -303,6 +303,7 @@ def _check_extents(fmt: QuantFormat, M: int, K: int, along_k: Blocking | None, a
 def _fallback(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
               sr_bits: int, out_dtype: Any, apply_ts: bool) -> tuple:
     """Quantize kernel + dequantize kernel per output (same bits, two passes each)."""
+    from fp4lab.emulator.options import QuantizeOptions
     from fp4lab.kernels.dequantize_launch import dequantize_triton
     from fp4lab.kernels.quantize_launch import quantize_triton
 
@@ -313,9 +314,10 @@ def _fallback(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, alo
             res.append(None)
             scales.append(None)
             continue
-        codes, scodes, _s, ts, ax, _m = quantize_triton(x, fmt, mode, spec.seed, axis, spec.rht, spec.rht_seed,
-                                                        store_scales=False, sr_bits=sr_bits)
-        res.append(dequantize_triton(codes, scodes, ts, fmt, ax, rht=spec.rht, rht_seed=spec.rht_seed,
+        q = quantize_triton(x, fmt, QuantizeOptions(mode, spec.seed, axis, spec.rht, spec.rht_seed, sr_bits),
+                            store_scales=False)
+        ts = q.tensor_scale
+        res.append(dequantize_triton(q.codes, q.scale_codes, ts, fmt, q.axis, rht=spec.rht, rht_seed=spec.rht_seed,
                                      rotated=True, out_dtype=out_dtype, apply_tensor_scale=apply_ts))
         scales.append(None if ts is None else ts.reshape(1))
     return res[0], res[1], scales[0], scales[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import triton
 
+from fp4lab.emulator.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
 from fp4lab.kernels import quantize as qk
 
 _TABLE_SETS: dict[tuple, tuple] = {}
@@ -39,30 +40,36 @@ def tile_shape(K: int, M: int, tr: int, tc: int, rht_n: int, interp: bool, two_d
     return bm, bk
 
 
-def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0, *, packed=False,
-                    tensor_amax=None, store_scales=True, swizzle=False, tile=None, sr_bits=24):
-    """Quantize torch tensor ``x`` with the Triton kernels; same bits as ``quantize_reference``.
+def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packed=False, tensor_amax=None,
+                    store_scales=True, swizzle=False, tile=None):
+    """Quantize torch tensor ``x`` with the Triton kernels under ``options`` (``fp4lab.QuantizeOptions``); same
+    bits as ``quantize_reference``.
 
-    Returns ``(codes, scale_codes, scales, tensor_scale, axis, mode)``: codes uint8 of x's shape (``packed``:
-    two per byte along the last axis, only when blocks run along the last axis), scale codes (uint8, uint16
-    bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or None.
-    ``tensor_amax`` (1-element fp32 tensor) skips the amax pass of two-level formats; ``swizzle`` returns the
-    scale codes of a 2-D input blocked along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; see
-    ``fp4lab.layout.swizzle_scales_128x4``); ``tile`` = (BM, BK[, num_warps]); ``sr_bits``: random bits per element of SR
-    (``fp4lab.emulator.philox.sr_random_bits_reference``).
+    Returns a ``QuantizedTensor`` on x's device (``meta["torch"]``): codes uint8 of x's shape, scale codes
+    (uint8, uint16 bf16 bits, int32 fp32 bits) and fp32 scales of the scale shape, a 0-d fp32 tensor scale or
+    None. The launch options write what the kernel stores, in the tensor's documented optional fields:
+    ``packed``: the kernel writes only nibble-packed codes (two per byte along the last axis; 4-bit codes blocked
+    along the last axis, even length), returned as ``packed_codes`` with ``codes`` None; ``store_scales=False``:
+    the kernel skips the fp32 scales, ``scales`` is None; ``swizzle``: also the scale codes of a 2-D input blocked
+    along its last axis in the cuBLAS/CUTLASS 128x4 layout (flat, padded; ``fp4lab.layout.swizzle_scales_128x4``)
+    as ``scale_codes_swizzled``, beside the row-major ``scale_codes``. ``tensor_amax`` (1-element fp32 tensor)
+    skips the amax pass of two-level formats; ``tile`` = (BM, BK[, num_warps]).
     """
     import torch
 
     from fp4lab.emulator.blocks import BlockView
-    from fp4lab.emulator.philox import check_sr_bits, sr_elements_per_call
+    from fp4lab.emulator.philox import sr_elements_per_call
     from fp4lab.emulator.range_policy import kernel_constants
     from fp4lab.emulator.ref_quantize import check_rounding
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
     from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view, scratch_f32
     from fp4lab.kernels.params import block_extents, element_params, scale_params
+    from fp4lab.quantized import QuantizedTensor
 
-    mode = check_rounding(rounding, fmt)
+    options = as_options(options)
+    seed, axis, rht, rht_seed, sr_bits = options.seed, options.axis, options.rht, options.rht_seed, options.sr_bits
+    mode = check_rounding(options.rounding, fmt)
     xin, in_kind = kernel_input(x, "quantize")
     shape = tuple(x.shape)
     view = BlockView.for_format(shape, fmt, axis)
@@ -107,7 +114,7 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
     if sp.two_level:  # the kernel's first program stores the tensor scale
         ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
-    per_call = sr_elements_per_call(check_sr_bits(sr_bits))
+    per_call = sr_elements_per_call(sr_bits)  # checked by QuantizeOptions
     fast_rand = inner1 and mv.K % per_call == 0 and bk % per_call == 0
     words = in_kind == 1 and inner1 and mv.K % 2 == 0
     xk = xin.view(torch.int32) if words else xin
@@ -147,10 +154,15 @@ def quantize_triton(x, fmt, rounding=None, seed=0, axis=-1, rht=None, rht_seed=0
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None
+    swizzled = None
     if swizzle:
         from fp4lab.layout import swizzle_scales_128x4
 
         if len(shape) != 2 or view.axis != 1 or two_d or not sp.method:
             raise InputError("quantize: swizzle=True needs a 2-D input with 1-D blocks along its last axis")
-        scodes = swizzle_scales_128x4(scodes)
-    return codes, scodes, scales, ts, view.axis, mode
+        swizzled = swizzle_scales_128x4(scodes)
+    return QuantizedTensor(
+        codes=None if packed else codes, scale_codes=scodes,
+        scales=None if (sp.method and not store_scales) else scales, tensor_scale=ts, fmt=fmt, axis=view.axis,
+        rounding=mode, seed=seed, rht=rht, rht_seed=rht_seed, meta={"torch": True},
+        packed_codes=codes if packed else None, scale_codes_swizzled=swizzled)

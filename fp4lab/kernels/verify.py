@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fp4lab.emulator.options import QuantizeOptions
 from fp4lab.testing.bits import bit_patterns, mismatch_mask
 from fp4lab.testing.inputs import FLT_MAX, make_inputs, range_edge_input  # noqa: F401 (range_edge_input: API)
 
@@ -227,12 +228,17 @@ def _show(v: Any) -> str:
     return f"{int(v)} (0x{int(v):x})"
 
 
+def case_options(case: Case) -> QuantizeOptions:
+    """The ``QuantizeOptions`` of a quantize case (RHT signs keyed by ``seed + 1``), the same on both sides."""
+    return QuantizeOptions(case.rounding, case.seed, case.axis, case.rht, case.seed + 1)
+
+
 def reference_fields(case: Case, x: np.ndarray) -> dict[str, np.ndarray]:
     from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
     from fp4lab.formats.registry import get_format
 
     with np.errstate(all="ignore"):
-        q = quantize_reference(x, get_format(case.fmt), case.rounding, case.seed, case.axis, case.rht, case.seed + 1)
+        q = quantize_reference(x, get_format(case.fmt), case_options(case))
         d = dequantize_reference(q)
     ts = np.array([np.nan if q.tensor_scale is None else q.tensor_scale], F32)
     return {"codes": q.codes, "scale_codes": np.asarray(q.scale_codes), "scales": np.asarray(q.scales, F32),
@@ -248,7 +254,7 @@ def kernel_fields(case: Case, x: np.ndarray, device: str) -> dict[str, np.ndarra
     xt = torch.from_numpy(x).to(device)
     if case.dtype == "bf16":
         xt = xt.to(torch.bfloat16)  # exact: run_case rounded x to bf16 values already
-    q = quantize_cuda(xt, get_format(case.fmt), case.rounding, case.seed, case.axis, case.rht, case.seed + 1)
+    q = quantize_cuda(xt, get_format(case.fmt), case_options(case))
     d = dequantize_cuda(q)
     sc = q.scale_codes
     sc = sc.view(torch.int16) if sc.dtype == torch.uint16 else sc
