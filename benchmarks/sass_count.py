@@ -4,6 +4,7 @@ registers and the most frequent opcodes, from Triton's bundled ptxas/nvdisasm.
     python benchmarks/sass_count.py quantize mxfp4:rtne nvfp4:sr --tile 32x256x4
     python benchmarks/sass_count.py dequantize mxfp4 ufp4 --tile 16x512x4
     python benchmarks/sass_count.py fakequant ufp4:sr:16 mxfp4:rtne --tile 32x64x4 --along km --rht 16
+    python benchmarks/sass_count.py gemm mxfp4 ufp4 --tile 128x64x8
 
 The kernels are ALU-issue-bound on the H200, so fewer instructions per element is the number to drive down before
 spending device time. The count is static: a kernel with a runtime branch (the quantize kernel's per-tile lean
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import re
 import subprocess
@@ -29,9 +31,11 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 import fp4lab  # noqa: E402
 import fp4lab.kernels.dequantize as dq  # noqa: E402
 import fp4lab.kernels.fakequant as fq  # noqa: E402
+import fp4lab.kernels.gemm as gm  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
 from fp4lab.kernels.dequantize_launch import dequantize_triton  # noqa: E402
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
+from fp4lab.kernels.gemm_launch import gemm_triton  # noqa: E402
 from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
@@ -78,27 +82,31 @@ def compile_sm90(cap: Capture, num_warps: int):
                                                                            "enable_fp_fusion": False})
 
 
-def sass_stats(compiled) -> tuple[int, collections.Counter, str]:
+def sass_stats(compiled) -> tuple[int, collections.Counter, str, list[str]]:
+    """(instruction count, opcode histogram, registers, instructions without their addresses)."""
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as fh:
         fh.write(compiled.asm["cubin"])
     out = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", fh.name], capture_output=True, text=True).stdout
     lines = [ln for ln in out.splitlines() if re.match(r"\s+/\*[0-9a-f]+\*/", ln)]
+    listing = [re.sub(r"^\s+/\*[0-9a-f]+\*/\s+", "", ln).strip() for ln in lines]
     ops = collections.Counter(re.sub(r"^\s+/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?", "", ln).split()[0].split(".")[0]
                               for ln in lines)
     res = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", fh.name], capture_output=True, text=True)
     regs = re.search(r"REG:(\d+)", res.stdout)
     os.unlink(fh.name)
-    return len(lines), ops, regs.group(1) if regs else "?"
+    return len(lines), ops, regs.group(1) if regs else "?", listing
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kernel", choices=["quantize", "dequantize", "fakequant"])
+    ap.add_argument("kernel", choices=["quantize", "dequantize", "fakequant", "gemm"])
     ap.add_argument("cases", nargs="+", help="FORMAT[:ROUNDING[:SR_BITS]] (rounding: quantize, fakequant)")
-    ap.add_argument("--tile", default="32x256x4", help="BMxBKxWARPS")
+    ap.add_argument("--tile", default="32x256x4", help="BMxBKxWARPS (gemm: BM = BN)")
     ap.add_argument("--along", default="k", choices=["k", "m", "km"], help="fakequant: blockings")
     ap.add_argument("--rht", type=int, default=0, help="fakequant: RHT size on every blocking (0: none)")
+    ap.add_argument("--dump", metavar="DIR", help="also write each case's instruction listing (addresses stripped) "
+                    "to DIR, so that two trees can be compared with diff -r")
     args = ap.parse_args()
     bm, bk, warps = map(int, args.tile.split("x"))
     for case in args.cases:
@@ -108,13 +116,14 @@ def main() -> None:
         x = torch.randn(2 * bm, 2 * bk, dtype=torch.bfloat16)
         if args.kernel == "fakequant":
             cap = fq._fake_quant_kernel = Capture(fq._fake_quant_kernel)
+            amax_cap = fq._amax2_kernel = Capture(fq._amax2_kernel)  # two-level formats: not compiled here
             spec = Blocking(args.rht or None, 0, 1)
             try:
                 fake_quantize_triton(x, fmt, mode or "rtne", along_k=spec if "k" in args.along else None,
                                      along_m=spec if "m" in args.along else None, sr_bits=int(srw or 24),
                                      tile=(bm, bk, warps))
             finally:
-                fq._fake_quant_kernel = cap.kernel
+                fq._fake_quant_kernel, fq._amax2_kernel = cap.kernel, amax_cap.kernel
         elif args.kernel == "quantize":
             cap = q._quantize_kernel = Capture(q._quantize_kernel)
             try:
@@ -122,6 +131,16 @@ def main() -> None:
                                 tensor_amax=x.float().abs().max().reshape(1), store_scales=False, tile=(bm, bk, warps))
             finally:
                 q._quantize_kernel = cap.kernel
+        elif args.kernel == "gemm":  # the exact GEMM kernel on emulator-quantized CPU operands [2 BM, 2 BK]
+            qa, qb = (fp4lab.quantize(torch.randn(2 * bm, 2 * bk, generator=torch.Generator().manual_seed(i)), fmt)
+                      for i in (0, 1))
+            if fmt.tensor_scale != "none":
+                qa, qb = (dataclasses.replace(q, tensor_scale=torch.tensor(float(q.tensor_scale))) for q in (qa, qb))
+            cap = gm._gemm_kernel = Capture(gm._gemm_kernel)
+            try:
+                gemm_triton(qa, qb, "exact", tile=(bm, bm, bk, warps, 3))
+            finally:
+                gm._gemm_kernel = cap.kernel
         else:
             codes = torch.randint(0, 255, (2 * bm, bk), dtype=torch.uint8)
             sdt = torch.int32 if fmt.scale.kind == "fp32" else torch.uint8
@@ -132,7 +151,12 @@ def main() -> None:
                                      tile=(bm, bk, warps))
             finally:
                 dq._dequantize_kernel = cap.kernel
-        n, ops, regs = sass_stats(compile_sm90(cap, warps))
+        n, ops, regs, listing = sass_stats(compile_sm90(cap, warps))
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            stem = f"{args.kernel}-{case.replace(':', '_')}-{args.tile}-{args.along}-rht{args.rht}.sass"
+            with open(os.path.join(args.dump, stem), "w") as fh:
+                fh.write("\n".join(listing) + "\n")
         per_elem = n * 32 * warps / (bm * bk)
         top = ", ".join(f"{k} {v}" for k, v in ops.most_common(8))
         print(f"{args.kernel} {case} {bm}x{bk}x{warps}: {n} SASS, {per_elem:.1f} per element, {regs} registers; {top}")

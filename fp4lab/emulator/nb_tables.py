@@ -34,7 +34,8 @@ LINEAR_MAX = 32  # up to this many thresholds a branchless linear count beats a 
 
 ENC_SYM, ENC_LINEAR, ENC_SEARCH, ENC_SR = 0, 1, 2, 3
 OV_SATURATE, OV_NAN, OV_INF = 0, 1, 2
-RULE_NONE, RULE_AMAX, RULE_FLOOR, RULE_CEIL, RULE_EVEN = 0, 1, 2, 3, 4
+RULE_NONE, RULE_AMAX, RULE_EXPONENT = 0, 1, 2  # exponent rules: RULE_EXPONENT + plan.ExponentRule.code
+RULE_CEIL, RULE_EVEN = RULE_EXPONENT + ExponentRule.CEIL.code, RULE_EXPONENT + ExponentRule.EVEN.code
 SK_FP32, SK_BF16, SK_TABLE, SK_POW2 = 0, 1, 2, 3
 SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
 
@@ -55,7 +56,6 @@ F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_BUMP_S, F_SCRIT, F_
 _OV = {Overflow.SATURATE: OV_SATURATE, Overflow.NAN: OV_NAN, Overflow.INF: OV_INF}
 _ROUND = {ScaleRounding.RTNE: SR_RTNE, ScaleRounding.CEIL: SR_CEIL, ScaleRounding.FLOOR: SR_FLOOR}
 _RULE = {ScaleChoice.NONE: RULE_NONE, ScaleChoice.AMAX: RULE_AMAX}
-_EXP_RULE = {ExponentRule.FLOOR: RULE_FLOOR, ExponentRule.CEIL: RULE_CEIL, ExponentRule.EVEN: RULE_EVEN}
 _SKIND = {ScaleKind.FP32: SK_FP32, ScaleKind.BF16: SK_BF16, ScaleKind.FLOAT_TABLE: SK_TABLE,
           ScaleKind.FLOAT_BITS: SK_TABLE, ScaleKind.POW2: SK_POW2}
 
@@ -145,7 +145,7 @@ def _element_tables(ep: ElementPlan, ip: np.ndarray, fp: np.ndarray):
 
 def _scale_tables(sp: ScalePlan, ip: np.ndarray, fp: np.ndarray):
     empty_f, empty_i = np.zeros(1, F32), np.zeros(1, np.int32)
-    ip[P_RULE] = _EXP_RULE[sp.exponent_rule] if sp.choice == ScaleChoice.EXPONENT else _RULE[sp.choice]
+    ip[P_RULE] = RULE_EXPONENT + sp.exponent_rule.code if sp.choice == ScaleChoice.EXPONENT else _RULE[sp.choice]
     if sp.choice == ScaleChoice.NONE:
         return empty_f, empty_i, empty_f, empty_i
     ip[P_SKIND] = _SKIND[sp.kind]

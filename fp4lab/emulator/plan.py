@@ -61,11 +61,16 @@ class ScaleChoice(StrEnum):
 
 class ExponentRule(StrEnum):
     """OCP MX shared exponent ``e = E(amax) - emax_elem`` with ``E`` = floor(log2), ceil(log2), or floor(log2)
-    of amax rounded (RTNE) to the element's mantissa width (``even``)."""
+    of amax rounded (RTNE) to the element's mantissa width (``even``). ``code``: the backends' integer for a
+    rule, its position here, so a new rule appends a member and needs no table in either backend."""
 
     FLOOR = "floor"
     CEIL = "ceil"
     EVEN = "even"
+
+    @property
+    def code(self) -> int:
+        return list(ExponentRule).index(self)
 
 
 class ScaleRounding(StrEnum):

@@ -40,12 +40,11 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
                        M, K, K2, INNER,
                        BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr,
                        TWO_D: tl.constexpr, INNER1: tl.constexpr, PACKED: tl.constexpr, WORDS: tl.constexpr,
-                       SCALED: tl.constexpr, TWO_LEVEL: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr,
-                       SNAN: tl.constexpr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
-                       EBIAS: tl.constexpr, STEP: tl.constexpr, RHT_N: tl.constexpr, OUT_BF16: tl.constexpr,
-                       LEAN: tl.constexpr, EXACT: tl.constexpr, INTERP: tl.constexpr, TS_FIRST: tl.constexpr = False):
+                       APPLY_TS: tl.constexpr, RHT_N: tl.constexpr, OUT_BF16: tl.constexpr, LEAN: tl.constexpr,
+                       EXACT: tl.constexpr, INTERP: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr):
     """Tile held as even/odd column halves (as in quantize): packed bytes split into two codes elementwise,
-    bf16 pairs written as one int32 word (WORDS).
+    bf16 pairs written as one int32 word (WORDS). ``SCALE`` / ``DEC``: params.ScaleCx / DecodeCx; APPLY_TS: a
+    two-level format with its tensor scale applied (as value * (S * ts) when ``SCALE.TS_FIRST``).
 
     LEAN (1-D blocks on the last axis, even K, bf16 output, no RHT; codes packed or read as int16 pairs): element
     values are decoded in registers (value table gather for table grids); on the GPU the bf16 words come from the
@@ -53,6 +52,9 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     tensor scale), the bf16 words are built without NaN handling: by truncation when every value x scale product
     is exact in bf16 (EXACT, host-checked), else by the integer RTNE formula. Same bits as the general path."""
     C2: tl.constexpr = BK // 2
+    SCALED: tl.constexpr = SCALE.METHOD != 0
+    TWO_LEVEL: tl.constexpr = APPLY_TS
+    TS_FIRST: tl.constexpr = APPLY_TS and SCALE.TS_FIRST
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
@@ -64,19 +66,19 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
         else:  # unpacked codes read as int16 pairs: even code in the low byte
             code_e = p & 255
             code_o = (p >> 8) & 255
-        if GKIND == 2:
+        if DEC.KIND == 2:
             ve = tl.load(vals_ptr + code_e)
             vo = tl.load(vals_ptr + code_o)
         else:
-            ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-            vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+            ve = decode_elements(code_e, vals_ptr, DEC)
+            vo = decode_elements(code_o, vals_ptr, DEC)
         if SCALED:
             scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
             sc = tl.load(sc_ptr + rows[:, None] * (K // TC) + scols[None, :], mask=rmask & (scols < K // TC)[None, :],
                          other=0).to(tl.int32)
-            if SKIND == 3:
+            if SCALE.KIND == 3:
                 sc = sc & 0xFFFF
-            S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+            S = decode_scale(sc, svals_ptr, SCALE)
             special = tl.max(tl.max(((bits_of(S) & 0x7F800000) == 0x7F800000).to(tl.int32), axis=1), axis=0)
             if TWO_LEVEL:
                 ts = tl.load(ts_ptr)
@@ -115,14 +117,14 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     else:
         code_e = tl.load(codes_ptr + addr_e, mask=me, other=0).to(tl.int32)
         code_o = tl.load(codes_ptr + addr_o, mask=mo, other=0).to(tl.int32)
-    ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-    vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
+    ve = decode_elements(code_e, vals_ptr, DEC)
+    vo = decode_elements(code_o, vals_ptr, DEC)
     if SCALED:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         sc = tl.load(sc_ptr + saddr, mask=smask, other=0).to(tl.int32)
-        if SKIND == 3:
+        if SCALE.KIND == 3:
             sc = sc & 0xFFFF
-        S = decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+        S = decode_scale(sc, svals_ptr, SCALE)
         if TWO_LEVEL:
             ts = tl.load(ts_ptr)
             if TS_FIRST:  # value * (S * ts)

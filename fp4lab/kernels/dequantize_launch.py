@@ -60,7 +60,6 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
         opts["num_warps"] = tile[2]
     bf16 = out_dtype == torch.bfloat16
     words = bf16 and mv.inner == 1 and mv.K % 2 == 0
-    gk, eb, mb, ebias, step = element_decode_kind(fmt)
     lean = bool(words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
                 and np.all(np.isfinite(ep.values)))
     big = (1 << 14, 512) if lean else (1 << 12, 256)
@@ -74,7 +73,6 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
             device_array(sp.svals, dev), signs, float(rht_scale(rht_n)) if rht_n else 1.0, mv.M, mv.K, mv.K // 2,
             mv.inner,
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, INNER1=mv.inner == 1, PACKED=packed, WORDS=words,
-            SCALED=sp.method != 0, TWO_LEVEL=two_level, SKIND=sp.skind, SBIAS=sp.sbias, SNAN=sp.snan,
-            GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, RHT_N=rht_n, OUT_BF16=bf16, LEAN=lean, EXACT=exact,
-            INTERP=interpreting(), TS_FIRST=bool(two_level and sp.ts_first), **opts)
+            APPLY_TS=two_level, RHT_N=rht_n, OUT_BF16=bf16, LEAN=lean, EXACT=exact, INTERP=interpreting(),
+            SCALE=sp.cx, DEC=element_decode_kind(fmt), **opts)
     return out.view(torch.bfloat16) if out_dtype == torch.bfloat16 else out

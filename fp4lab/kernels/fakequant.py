@@ -31,14 +31,13 @@ from fp4lab.kernels.tile import decode_elements, f32_of, is_finite, load_f32, pa
 
 @triton.jit
 def _values(code_e, code_o, S, ts, vals_ptr, R: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
-            TC: tl.constexpr, TWO_D: tl.constexpr, METHOD: tl.constexpr, APPLY_TS: tl.constexpr,
-            GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
-            ERR: tl.constexpr = 0):
-    """fp32 ``value[code] * S`` (``* ts``; ``ERR`` bit 1: ``value * (S * ts)``) of both halves [R, C2], in the
-    reference's order of operations."""
-    ve = decode_elements(code_e, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-    vo = decode_elements(code_o, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-    if METHOD != 0:
+            TC: tl.constexpr, TWO_D: tl.constexpr, APPLY_TS: tl.constexpr, DEC: tl.constexpr, SCALE: tl.constexpr):
+    """fp32 ``value[code] * S`` (``* ts``; ``SCALE.ERR`` bit 1: ``value * (S * ts)``) of both halves [R, C2], in
+    the reference's order of operations."""
+    ERR: tl.constexpr = SCALE.ERR
+    ve = decode_elements(code_e, vals_ptr, DEC)
+    vo = decode_elements(code_o, vals_ptr, DEC)
+    if SCALE.METHOD != 0:
         if APPLY_TS and (ERR & 2) != 0:
             S = S * ts
         Sx = _expand(S, TWO_D)
@@ -103,41 +102,23 @@ def _load_quarters(x_ptr, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND:
 
 
 @triton.jit
-def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g,
-             thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-             inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-             R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g, etab,
+             stab, R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
              RHT_N: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr, INTERP: tl.constexpr,
-             GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
-             N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
-             N_TG: tl.constexpr, N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-             PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr,
-             FAST_RAND: tl.constexpr, SRW: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr,
-             EVEN_ADD: tl.constexpr, EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr,
-             SBIAS: tl.constexpr, SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr,
-             HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr,
-             HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr, EDIV: tl.constexpr, DIV_POW2: tl.constexpr,
-             ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr, FB: tl.constexpr,
-             QDIV: tl.constexpr, LEAN_OK: tl.constexpr, BUMP_LO: tl.constexpr, BUMP_HI: tl.constexpr,
-             S_CRIT: tl.constexpr, ERR: tl.constexpr = 0):
+             FAST_RAND: tl.constexpr, SRW: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
+             ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr):
     """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them."""
     C2: tl.constexpr = BK // 2
     if RHT_N > 0:
         xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, R, C2, RHT_N, False)
-    if SR:
+    if ELEM.SR:
         re, ro = philox_pairs(seed, addr_e, addr_o, rows, tl.program_id(1) * BK, K, R, C2, FAST_RAND, SRW)
     else:
         re = addr_e
         ro = addr_o
-    code_e, code_o, sc, S = quantize_halves(
-        xe, xo, re, ro, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-        nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-        min_s, max_s, zero_code, inf_code, snan_code, R, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
-        N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
-        SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE,
-        SZ_POS, POW2_GAPS, FB, QDIV, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
-    ve, vo = _values(code_e, code_o, S, ts, vals_ptr, R, C2, TR, TC, TWO_D, METHOD, APPLY_TS, GKIND, EB, MB,
-                     EBIAS, STEP, ERR)
+    code_e, code_o, sc, S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, R, C2, TR, TC, TWO_D, ELEM, SCALE,
+                                            QDIV, LEAN_OK)
+    ve, vo = _values(code_e, code_o, S, ts, etab[6], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
     _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
 
@@ -152,27 +133,21 @@ def _fake_quant_kernel(
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     IN_KIND: tl.constexpr, WORDS: tl.constexpr, ALONG_K: tl.constexpr, ALONG_M: tl.constexpr,
     RHT_K: tl.constexpr, RHT_M: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr,
-    INTERP: tl.constexpr, SEED_PTR: tl.constexpr,
-    GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
-    N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
-    N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, FAST_RAND: tl.constexpr,
-    SRW: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
-    EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-    SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
-    STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
-    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr,
-    TS_LO: tl.constexpr, TS_HI: tl.constexpr, BUMP_LO: tl.constexpr, BUMP_HI: tl.constexpr, S_CRIT: tl.constexpr,
-    ERR: tl.constexpr = 0,
+    INTERP: tl.constexpr, SEED_PTR: tl.constexpr, FAST_RAND: tl.constexpr, SRW: tl.constexpr,
+    QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr,
+    ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr,
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
     ``outk`` and/or along M into ``outm``. Two-level formats: ``amax_ptr`` holds the tensor amax of the K- and
     M-rotated tensors, program (0, 0) stores their tensor scales at ``ts_ptr``. SEED_PTR: ``seed_k``/``seed_m``
-    point at int64 seeds in device memory (CUDA-graph replays read the current step's seeds there)."""
+    point at int64 seeds in device memory (CUDA-graph replays read the current step's seeds there). The table
+    arguments are those of ``quantize._quantize_kernel``."""
     if SEED_PTR:
         seed_k = tl.load(seed_k)
         seed_m = tl.load(seed_m)
+    etab = (thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+            inf_neg)
+    stab = (tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code)
     C2: tl.constexpr = BK // 2
     pid_k = tl.program_id(1)
     first = (tl.program_id(0) == 0) & (pid_k == 0)
@@ -180,27 +155,21 @@ def _fake_quant_kernel(
     g_k = 1.0
     ts_m = 1.0
     g_m = 1.0
-    if TWO_LEVEL:
+    if SCALE.TWO_LEVEL:
         if ALONG_K:
-            ts_k, g_k = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE, TS_LO, TS_HI)
+            ts_k, g_k = tensor_scale(tl.load(amax_ptr), ts_den, SCALE)
             if first:
                 tl.store(ts_ptr, ts_k)
         if ALONG_M:
-            ts_m, g_m = tensor_scale(tl.load(amax_ptr + 1), ts_den, ENCODE, TS_LO, TS_HI)
+            ts_m, g_m = tensor_scale(tl.load(amax_ptr + 1), ts_den, SCALE)
             if first:
                 tl.store(ts_ptr + 1, ts_m)
     if not ALONG_M:
         rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, 1, BM, C2, True)
         xe, xo = _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND, WORDS)
         _along_k(xe, xo, outk_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed_k, signs_k_ptr, rscale_k,
-                 ts_k, g_k, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr,
-                 ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s,
-                 zero_code, inf_code, snan_code, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, GKIND, EB,
-                 MB, EBIAS, STEP, N_THR, L_THR, N_LVL, L_LVL, N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR,
-                 FAST_RAND, SRW, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
-                 HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB,
-                 QDIV_K, LEAN_OK,
-                 BUMP_LO, BUMP_HI, S_CRIT, ERR)
+                 ts_k, g_k, etab, stab, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, FAST_RAND, SRW,
+                 QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
     else:
         H: tl.constexpr = BM // 2
         rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
@@ -212,19 +181,13 @@ def _fake_quant_kernel(
                 else:
                     rr, a_e, ye, yo, rm_ = rows_o, ae_o, xoe, xoo, me_o
                 _along_k(ye, yo, outk_ptr, rr, kw, ce, a_e, a_e + 1, rm_, rm_ & wm, K, K2, seed_k, signs_k_ptr,
-                         rscale_k, ts_k, g_k, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-                         nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr,
-                         svals_ptr, min_s, max_s, zero_code, inf_code, snan_code, H, BK, TR, TC, TWO_D, RHT_K,
-                         OUT_F32, APPLY_TS, INTERP, GKIND, EB, MB, EBIAS, STEP, N_THR, L_THR, N_LVL, L_LVL, N_TG,
-                         N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, FAST_RAND, SRW, METHOD, EXP_MODE,
-                         EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT,
-                         SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_K, LEAN_OK,
-                         BUMP_LO, BUMP_HI, S_CRIT, ERR)
+                         rscale_k, ts_k, g_k, etab, stab, H, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP,
+                         FAST_RAND, SRW, QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
         # along M: per column parity, the even-row and odd-row halves form blocks of TC // 2 rows each
         if RHT_M > 0:
             xee, xoe = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
             xeo, xoo = rht_row_pairs(xeo, xoo, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
-        if SR:
+        if ELEM.SR:
             ree, reo = philox_pairs(seed_m, ae_e, ae_e + 1, rows_e, pid_k * BK, K, H, C2, FAST_RAND, SRW)
             roe, roo = philox_pairs(seed_m, ae_o, ae_o + 1, rows_o, pid_k * BK, K, H, C2, FAST_RAND, SRW)
         else:
@@ -232,24 +195,12 @@ def _fake_quant_kernel(
             reo = ae_e
             roe = ae_e
             roo = ae_e
-        c_ee, c_oe, sc_e, S_e = quantize_halves(
-            xee, xoe, ree, roe, ts_m, g_m, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-            nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-            min_s, max_s, zero_code, inf_code, snan_code, H, C2, TC // 2, 2, True, N_THR, L_THR, N_LVL, L_LVL,
-            N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND,
-            SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2,
-            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
-        v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, METHOD, APPLY_TS, GKIND, EB,
-                             MB, EBIAS, STEP, ERR)
-        c_eo, c_oo, sc_o, S_o = quantize_halves(
-            xeo, xoo, reo, roo, ts_m, g_m, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-            nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-            min_s, max_s, zero_code, inf_code, snan_code, H, C2, TC // 2, 2, True, N_THR, L_THR, N_LVL, L_LVL,
-            N_TG, N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND,
-            SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2,
-            ENCODE, SZ_POS, POW2_GAPS, FB, QDIV_M, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
-        v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, METHOD, APPLY_TS, GKIND, EB,
-                             MB, EBIAS, STEP, ERR)
+        c_ee, c_oe, sc_e, S_e = quantize_halves(xee, xoe, ree, roe, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
+                                                ELEM, SCALE, QDIV_M, LEAN_OK)
+        v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
+        c_eo, c_oo, sc_o, S_o = quantize_halves(xeo, xoo, reo, roo, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
+                                                ELEM, SCALE, QDIV_M, LEAN_OK)
+        v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
         _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)
 

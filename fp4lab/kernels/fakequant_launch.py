@@ -81,7 +81,6 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     import torch
 
     from fp4lab.emulator.philox import sr_elements_per_call
-    from fp4lab.emulator.range_policy import kernel_constants
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     import triton
 
@@ -113,28 +112,11 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
         return (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
 
     lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not divides)
-    gk, eb, mb, ebias, step = element_decode_kind(fmt)
-
-    def n_log(a: np.ndarray) -> tuple[int, int]:
-        return int(a.size), int(a.size).bit_length()
-
-    n_thr, l_thr = n_log(ep.thr)
-    n_lvl, l_lvl = n_log(ep.levels)
-    n_stab, l_stab = n_log(sp.stab)
     consts = dict(
         BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, WORDS=words, ALONG_K=along_k is not None,
         ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
-        SEED_PTR=seed_ptr,
-        GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step,
-        N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl, N_TG=int(sp.targets.size), N_STAB=n_stab,
-        L_STAB=l_stab, N_SCPOS=int(sp.scpos.size), PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow,
-        SR=mode == "sr", FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, METHOD=sp.method,
-        EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax, SKIND=sp.skind, SROUND=sp.sround,
-        SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv, TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None,
-        HAS_MAX=sp.max_scale is not None, STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0,
-        NAN_PROP=sp.nan_prop, EDIV=sp.ediv, DIV_POW2=sp.div_pow2, ENCODE=sp.encode,
-        SZ_POS=fmt.signed_zero == "positive", POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key,
-        QDIV_K=qdiv(rk), QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ERR=sp.err, **kernel_constants(fmt),
+        SEED_PTR=seed_ptr, FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, QDIV_K=qdiv(rk),
+        QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt),
     )
     options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
     tables = kernel_tables(ep, sp, dev)

@@ -27,10 +27,11 @@ from fp4lab.kernels.tile import decode_elements, decode_scale, grouped_tile
 @triton.jit
 def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr, svals_ptr, M, N, K,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr, TR: tl.constexpr,
-                 GROUP_M: tl.constexpr,
-                 GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr, EBIAS: tl.constexpr, STEP: tl.constexpr,
-                 SCALED: tl.constexpr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-                 TWO_LEVEL: tl.constexpr, FOLD: tl.constexpr, INTERP: tl.constexpr):
+                 GROUP_M: tl.constexpr, FOLD: tl.constexpr, INTERP: tl.constexpr, SCALE: tl.constexpr,
+                 DEC: tl.constexpr):
+    """C = A @ B.T of codes a [M, K], b [N, K] with block scale codes sa, sb and tensor scales tsa, tsb
+    (``SCALE`` / ``DEC``: params.ScaleCx / DecodeCx); the module docstring gives the two plans (FOLD or per block)."""
+    SCALED: tl.constexpr = SCALE.METHOD != 0
     pid_m, pid_n = grouped_tile(M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -43,9 +44,9 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
         mk = rk < K
         a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=mm[:, None] & mk[None, :], other=0).to(tl.int32)
         b = tl.load(b_ptr + rn[:, None] * K + rk[None, :], mask=mn[:, None] & mk[None, :], other=0).to(tl.int32)
-        va = decode_elements(a, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-        vb = decode_elements(b, vals_ptr, GKIND, EB, MB, EBIAS, STEP)
-        if GKIND == 2:  # code 0 (masked loads) is value 0 for the float and int grids, not for a value table
+        va = decode_elements(a, vals_ptr, DEC)
+        vb = decode_elements(b, vals_ptr, DEC)
+        if DEC.KIND == 2:  # code 0 (masked loads) is value 0 for the float and int grids, not for a value table
             va = tl.where(mm[:, None] & mk[None, :], va, 0.0)
             vb = tl.where(mn[:, None] & mk[None, :], vb, 0.0)
         if FOLD:
@@ -56,8 +57,8 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
                              other=0)
                 cb = tl.load(sb_ptr + (rn // TR)[:, None] * KB + kb[None, :], mask=mn[:, None] & mkb[None, :],
                              other=0)
-                sa = decode_scale(ca.to(tl.int32), svals_ptr, SKIND, SBIAS, SNAN)
-                sb = decode_scale(cb.to(tl.int32), svals_ptr, SKIND, SBIAS, SNAN)
+                sa = decode_scale(ca.to(tl.int32), svals_ptr, SCALE)
+                sb = decode_scale(cb.to(tl.int32), svals_ptr, SCALE)
                 va = tl.reshape(tl.reshape(va, [BM, BK // BS, BS]) * sa[:, :, None], [BM, BK])
                 vb = tl.reshape(tl.reshape(vb, [BN, BK // BS, BS]) * sb[:, :, None], [BN, BK])
             if INTERP:
@@ -68,16 +69,16 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
             kb = k0 // BS
             ca = tl.load(sa_ptr + rm * KB + kb, mask=mm, other=0).to(tl.int32)
             cb = tl.load(sb_ptr + rn * KB + kb, mask=mn, other=0).to(tl.int32)
-            if SKIND == 3:
+            if SCALE.KIND == 3:
                 ca = ca & 0xFFFF
                 cb = cb & 0xFFFF
-            sa = decode_scale(ca, svals_ptr, SKIND, SBIAS, SNAN)
-            sb = decode_scale(cb, svals_ptr, SKIND, SBIAS, SNAN)
+            sa = decode_scale(ca, svals_ptr, SCALE)
+            sb = decode_scale(cb, svals_ptr, SCALE)
             if INTERP:
                 p = tl.dot(va, tl.trans(vb), input_precision="ieee")
             else:
                 p = tl.dot(va.to(tl.bfloat16), tl.trans(vb.to(tl.bfloat16)))
             acc = acc + (p * sa[:, None]) * sb[None, :]
-    if TWO_LEVEL:
+    if SCALE.TWO_LEVEL:
         acc = (acc * tl.load(tsa_ptr)) * tl.load(tsb_ptr)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=mm[:, None] & mn[None, :])

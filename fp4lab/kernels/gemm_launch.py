@@ -78,7 +78,6 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         bk = bs
     if bk % max(bs, 1):
         raise InputError(f"gemm: BK={bk} must be a multiple of the block size {bs}")
-    gk, eb, mb, ebias, step = element_decode_kind(fmt)
     sa = qa.scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
     sb = qb.scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
     if sa.dtype == torch.uint16:
@@ -89,7 +88,5 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     gemm_dev._gemm_kernel[grid](qa.codes.contiguous(), qb.codes.contiguous(), sa.contiguous(), sb.contiguous(), tsa, tsb, c,
                        device_array(fmt.element.values.astype(np.float32), dev),
                        device_array(sp.svals, dev), M, N, K, BM=bm, BN=bn, BK=bk, BS=max(bs, 1), TR=tr, GROUP_M=8,
-                       GKIND=gk, EB=eb, MB=mb, EBIAS=ebias, STEP=step, SCALED=sp.method != 0, SKIND=sp.skind,
-                       SBIAS=sp.sbias, SNAN=sp.snan, TWO_LEVEL=sp.two_level, FOLD=plan == "fold", INTERP=interp,
-                       **opts)
+                       FOLD=plan == "fold", INTERP=interp, SCALE=sp.cx, DEC=element_decode_kind(fmt), **opts)
     return c

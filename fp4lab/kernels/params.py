@@ -8,20 +8,28 @@ Element rounding (deterministic modes), the constexpr ``PATH`` (``plan.Encoder``
 * 1 (magnitude): ``m = count(|t| >= mthr)``, code ``ctab[m + signbit(t) * (z + 1)]``, z the index of level 0;
 * 0 (sign-magnitude): ``code = m | signbit(t) * sign_or``, no table lookup.
 
-``FB`` selects the bit-arithmetic encoders of ExMy grids for rtne and sr (``tile.encode_fbits_det`` /
+``ElementCx.FBITS`` selects the bit-arithmetic encoders of ExMy grids for rtne and sr (``tile.encode_fbits_det`` /
 ``encode_fbits_sr``, whose numpy twins in ``fp4lab.emulator.fbits`` were checked against the reference encoder).
 Stochastic rounding always uses the signed levels (``p = (t - lo) / (hi - lo)`` is not sign-symmetric in fp32).
+
+The kernels take these constants as three records, one constexpr each: ``ELEM`` (``ElementCx``, the element
+encoder), ``SCALE`` (``ScaleCx``, choosing, encoding and decoding block scales) and ``DEC`` (``DecodeCx``,
+decoding element codes in registers). Each field has one meaning; a launch passes ``ELEM=ep.cx, SCALE=sp.cx``
+beside its tile geometry. The tables themselves (thresholds, levels, scale values) are runtime arguments.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
-from fp4lab.emulator.plan import (ElementPlan, Encoder, ExponentRule, Overflow, ScaleChoice, ScaleKind, ScalePlan,
-                                  ScaleRounding, element_plan, scale_plan)
+from fp4lab.emulator.plan import (ElementPlan, Encoder, Overflow, ScaleChoice, ScaleKind, ScalePlan, ScaleRounding,
+                                  cached_per_format, element_plan, scale_plan)
+from fp4lab.emulator.range_policy import kernel_constants
 from fp4lab.errors import InputError
 from fp4lab.formats.grids import FloatGrid, IntGrid
 from fp4lab.formats.quant_format import QuantFormat
@@ -31,13 +39,103 @@ F32 = np.float32
 PATH = {Encoder.SIGN_MAGNITUDE: 0, Encoder.MAGNITUDE: 1, Encoder.SIGNED: 2}
 OVF = {Overflow.SATURATE: 0, Overflow.NAN: 1, Overflow.INF: 2}
 METHOD = {ScaleChoice.NONE: 0, ScaleChoice.AMAX: 1, ScaleChoice.EXPONENT: 2}
-EXP_MODE = {ExponentRule.FLOOR: 0, ExponentRule.CEIL: 1, ExponentRule.EVEN: 2}
 SKIND = {ScaleKind.POW2: 0, ScaleKind.FLOAT_TABLE: 1, ScaleKind.FP32: 2, ScaleKind.BF16: 3, ScaleKind.FLOAT_BITS: 4}
 SROUND = {ScaleRounding.RTNE: 0, ScaleRounding.CEIL: 1, ScaleRounding.FLOOR: 2}
 
 
 def _pow2_ok(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
+
+
+def _sized(a: np.ndarray) -> tuple[int, int]:
+    """(entries, bit length of the entry count) of a table: the unrolled-compare / bisection choice of count_tab."""
+    return int(a.size), int(a.size).bit_length()
+
+
+class ElementCx(NamedTuple):
+    """The element encoder's constexprs (``ELEM`` in the kernels). ``PATH``: 0 sign-magnitude, 1 magnitude +
+    table, 2 signed + table (module docstring); ``SIGN_OR``: the code's sign bit (PATH 0); ``OVF``: 0 saturate,
+    1 NaN code, 2 signed Inf codes at |t| >= the overflow threshold; ``SZ_POS``: signed_zero "positive" (the
+    sign column is t < 0, else the sign bit); ``SR``: stochastic rounding; ``POW2_GAPS``: SR with every level
+    gap a normal power of two (the quotient is a product); ``N_THR`` / ``N_LVL``: threshold and level counts,
+    ``L_THR`` / ``L_LVL`` their bit lengths; ``FBITS``: rtne / sr by bit arithmetic on an ExMy grid with
+    ``FB_M`` mantissa bits, smallest normal exponent ``FB_EMIN`` and largest magnitude code ``FB_CMAX``."""
+
+    PATH: int
+    SIGN_OR: int
+    OVF: int
+    SZ_POS: bool
+    SR: bool
+    POW2_GAPS: bool
+    N_THR: int
+    L_THR: int
+    N_LVL: int
+    L_LVL: int
+    FBITS: bool
+    FB_M: int
+    FB_EMIN: int
+    FB_CMAX: int
+
+
+class ScaleCx(NamedTuple):
+    """Block-scale constexprs (``SCALE`` in the kernels). ``METHOD``: 0 none, 1 amax family, 2 exponent rule
+    (``EXP_MODE`` 0 floor, 1 ceil, 2 even, with ``EVEN_ADD`` and the element's ``EMAX``); ``KIND``: 0 pow2,
+    1 float table, 2 fp32 bits, 3 bf16 bits, 4 ExMy float by bit arithmetic (``MB`` mantissa bits); ``ROUND``:
+    0 rtne, 1 ceil, 2 floor; ``OVF_NAN``: pow2 ideals above the largest code take the NaN code; ``BIAS``:
+    exponent bias; ``NAN``: the NaN scale code (-1: none, float-bits kind); ``DIV``: ideal = amax / target by
+    division (else times 1 / target); ``TWO_LEVEL`` / ``TS_FIRST``: a tensor scale, applied as value * (S * ts);
+    ``HAS_MIN`` / ``HAS_MAX``: clamps of the ideal scale; ``STRICT``: float-table search counts levels < v;
+    ``MAXV``: largest finite scale; ``HAS_ZB``: all-zero blocks take a fixed code; ``NAN_PROP``: Inf / NaN
+    blocks take the inf / nan codes; ``EDIV``: elements x / S (else x * (1 / S)); ``DIV_POW2``: that division
+    is exact as a product; ``ENCODE``: TransformerEngine's encode arithmetic; ``N_TG``: amax targets (4-over-6
+    selection when > 1); ``N_TAB`` / ``L_TAB``: float-table size and bit length, ``N_POS``: positive scale
+    codes; ``ERR``: selection error (bit 0 absolute, bit 1 value * (S * ts)); range edges
+    (``range_policy.kernel_constants``): ``TS_LO`` / ``TS_HI``, ``BUMP_LO`` / ``BUMP_HI``, ``S_CRIT``."""
+
+    METHOD: int
+    EXP_MODE: int
+    EVEN_ADD: int
+    EMAX: int
+    KIND: int
+    ROUND: int
+    OVF_NAN: bool
+    BIAS: int
+    NAN: int
+    MB: int
+    DIV: bool
+    TWO_LEVEL: bool
+    TS_FIRST: bool
+    HAS_MIN: bool
+    HAS_MAX: bool
+    STRICT: bool
+    MAXV: float
+    HAS_ZB: bool
+    NAN_PROP: bool
+    EDIV: bool
+    DIV_POW2: bool
+    ENCODE: bool
+    N_TG: int
+    N_TAB: int
+    L_TAB: int
+    N_POS: int
+    ERR: int
+    TS_LO: int
+    TS_HI: int
+    BUMP_LO: int
+    BUMP_HI: int
+    S_CRIT: float
+
+
+class DecodeCx(NamedTuple):
+    """In-register decoding of element codes (``DEC`` in the kernels): ``KIND`` 0 sign-magnitude ExMy without
+    specials (``EB`` exponent bits, ``MB`` mantissa bits, ``BIAS``), 1 two's-complement ``EB``-bit int times
+    ``STEP``, 2 value-table lookup."""
+
+    KIND: int
+    EB: int
+    MB: int
+    BIAS: int
+    STEP: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,11 +162,7 @@ class ElementParams:
     fb_m: int = 0  # mantissa bits
     fb_emin: int = 0  # exponent of the smallest normal (1 - bias)
     fb_cmax: int = 0  # largest magnitude code
-
-    @property
-    def fbits_key(self) -> int:
-        """The kernels' FB constexpr: 0 off, else 1 | m << 1 | (emin + 128) << 5 | cmax << 13."""
-        return (1 | self.fb_m << 1 | (self.fb_emin + 128) << 5 | self.fb_cmax << 13) if self.fbits else 0
+    cx: ElementCx | None = None  # the constexpr record of all the above
 
 
 def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
@@ -79,21 +173,35 @@ def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
     return _element_params(element_plan(fmt, mode))
 
 
-def scale_params(fmt: QuantFormat) -> ScaleParams:
+def _scale_params_of(fmt: QuantFormat) -> ScaleParams:
     """Scale constants of ``fmt`` (cached; read only)."""
-    return _scale_params(scale_plan(fmt))
+    sp = _scale_params(scale_plan(fmt))
+    edges = kernel_constants(fmt)
+    cx = ScaleCx(
+        sp.method, sp.exp_mode, sp.even_add, sp.emax, sp.skind, sp.sround, sp.overflow_nan, sp.sbias, sp.snan,
+        sp.mantissa_bits, sp.sdiv, sp.two_level, sp.ts_first, sp.min_scale is not None, sp.max_scale is not None,
+        sp.strict, sp.smax, sp.zero_code >= 0, sp.nan_prop, sp.ediv, sp.div_pow2, sp.encode, int(sp.targets.size),
+        *_sized(sp.stab), int(sp.scpos.size), sp.err, edges["TS_LO"], edges["TS_HI"], edges["BUMP_LO"],
+        edges["BUMP_HI"], edges["S_CRIT"])
+    return dataclasses.replace(sp, cx=cx)
+
+
+scale_params = cached_per_format(_scale_params_of)
 
 
 @lru_cache(maxsize=512)  # keyed by the plan's identity: plans are cached per format
 def _element_params(ep: ElementPlan) -> ElementParams:
     fb = ep.float_bits or (0, 0, 0)
     inf = ep.inf_codes or (0, 0)
+    cx = ElementCx(PATH[ep.encoder], ep.sign_or, OVF[ep.overflow], not ep.keep_sign, ep.stochastic,
+                   ep.pow2_gaps and ep.stochastic, *_sized(ep.table_thr), *_sized(ep.levels),
+                   ep.float_bits is not None, *fb)
     return ElementParams(
         path=PATH[ep.encoder], thr=ep.table_thr, ctab=ep.table_codes, half=ep.half, sign_or=ep.sign_or,
         levels=ep.levels, ctab_signed=ep.codes, values=ep.values, inv_gaps=ep.inv_gaps, pow2_gaps=ep.pow2_gaps,
         nan_code=ep.nan_code, overflow=OVF[ep.overflow], overflow_thr=float(ep.overflow_thr),
         ovf_nan=ep.grid_nan_code or 0, inf_pos=inf[0], inf_neg=inf[1],
-        fbits=ep.float_bits is not None, fb_m=fb[0], fb_emin=fb[1], fb_cmax=fb[2])
+        fbits=ep.float_bits is not None, fb_m=fb[0], fb_emin=fb[1], fb_cmax=fb[2], cx=cx)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,13 +209,15 @@ class ScaleParams:
     """Constants for choosing, encoding and decoding block scales."""
 
     method: int  # METHOD: 0 none, 1 amax family, 2 exponent rule (floor/ceil/even)
-    exp_mode: int = 0  # EXP_MODE: 0 floor, 1 ceil, 2 even
+    exp_mode: int = 0  # EXP_MODE: plan.ExponentRule.code (0 floor, 1 ceil, 2 even)
     even_add: int = 0
     emax: int = 0
-    skind: int = 0  # SKIND: 0 pow2, 1 float table, 2 fp32, 3 bf16, 4 float by bit arithmetic (snan = mb << 16 | nan+1)
-    sround: int = 0  # SROUND: 0 rtne, 1 ceil, 2 floor; + 4: pow2 codes above the largest become NaN (scale_overflow)
+    skind: int = 0  # KIND: 0 pow2, 1 float table, 2 fp32, 3 bf16, 4 float by bit arithmetic
+    sround: int = 0  # ROUND: 0 rtne, 1 ceil, 2 floor
+    overflow_nan: bool = False  # pow2 codes above the largest become NaN (scale_overflow "nan")
     sbias: int = 0
-    snan: int = 0  # pow2 NaN code / float-table NaN code
+    snan: int = 0  # pow2 / float NaN code (float bits: -1 for none)
+    mantissa_bits: int = 0  # float-bits scales
     targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
     inv_targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
     sdiv: bool = True
@@ -129,6 +239,7 @@ class ScaleParams:
     ediv: bool = True  # element scaling x / S (else x * (1/S))
     div_pow2: bool = False  # x / S == x * (1/S) exactly (single-level pow2 scales)
     encode: bool = False  # TransformerEngine "encode" arithmetic (g = target*smax/amax_t, t = x * min(1/(S*ts), FLT_MAX))
+    cx: ScaleCx | None = None  # the constexpr record (scale_params)
 
 
 @lru_cache(maxsize=256)  # keyed by the plan's identity: plans are cached per format
@@ -137,7 +248,7 @@ def _scale_params(sp: ScalePlan) -> ScaleParams:
         return ScaleParams(method=0)
     f: dict = {}
     if sp.choice == ScaleChoice.EXPONENT:
-        f.update(exp_mode=EXP_MODE[sp.exponent_rule], even_add=sp.even_add, emax=sp.emax_elem)
+        f.update(exp_mode=sp.exponent_rule.code, even_add=sp.even_add, emax=sp.emax_elem)
     snan = sp.table_nan or 0
     if sp.float_scale:
         f.update(scpos=sp.level_codes, smax=float(sp.max_value))
@@ -148,7 +259,8 @@ def _scale_params(sp: ScalePlan) -> ScaleParams:
         else:  # count(levels[1:] <= v)
             f["stab"] = sp.levels[1:]
         if sp.kind == ScaleKind.FLOAT_BITS:
-            snan = (sp.mantissa_bits << 16) | ((sp.table_nan if sp.table_nan is not None else -1) + 1)
+            snan = sp.table_nan if sp.table_nan is not None else -1
+            f["mantissa_bits"] = sp.mantissa_bits
     if sp.kind in (ScaleKind.FP32, ScaleKind.BF16):
         f["smax"] = float(sp.max_value)  # +Inf ideal scales saturate to the largest finite value
     if sp.values is not None:
@@ -157,7 +269,7 @@ def _scale_params(sp: ScalePlan) -> ScaleParams:
     ts_first = two_level and sp.scale_product_first
     ediv = sp.divide_elements
     return ScaleParams(
-        method=METHOD[sp.choice], skind=SKIND[sp.kind], sround=SROUND[sp.rounding] + 4 * sp.overflow_nan,
+        method=METHOD[sp.choice], skind=SKIND[sp.kind], sround=SROUND[sp.rounding], overflow_nan=sp.overflow_nan,
         sbias=sp.bias, snan=snan, targets=sp.targets, inv_targets=sp.inv_targets, sdiv=sp.divide_ideal,
         two_level=two_level, ts_first=ts_first, err=int(sp.select_abs) | 2 * int(ts_first),
         ts_den=float(sp.ts_den), min_scale=None if sp.min_scale is None else float(sp.min_scale),
@@ -219,12 +331,12 @@ def gemm_plan(fmt: QuantFormat) -> str:
     return "perblock" if bound < 2**24 and fmt.block_size >= 16 else "none"
 
 
-def element_decode_kind(fmt: QuantFormat) -> tuple[int, int, int, int, float]:
-    """(kind, e_bits, m_bits, bias, step) for in-register decoding of element codes (dequantize, GEMM):
-    kind 0 sign-magnitude float without specials, 1 two's-complement int times step, 2 table lookup."""
+def element_decode_kind(fmt: QuantFormat) -> DecodeCx:
+    """In-register decoding of element codes (dequantize, fake-quantize, GEMM): kind 0 sign-magnitude float
+    without specials, 1 two's-complement int times step, 2 table lookup."""
     g = fmt.element
     if isinstance(g, FloatGrid) and g.signed and g.specials == "none" and g.subnormals:
-        return 0, g.exponent_bits, g.mantissa_bits, g.exponent_bias, 0.0
+        return DecodeCx(0, g.exponent_bits, g.mantissa_bits, g.exponent_bias, 0.0)
     if isinstance(g, IntGrid):
-        return 1, g.bits, 0, 0, float(g.step)
-    return 2, 0, 0, 0, 0.0
+        return DecodeCx(1, g.bits, 0, 0, float(g.step))
+    return DecodeCx(2, 0, 0, 0, 0.0)

@@ -86,63 +86,61 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 
 
 @triton.jit
-def _encode(t, rnd, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-            N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
-            PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, SZ_POS: tl.constexpr,
-            POW2_GAPS: tl.constexpr, FB: tl.constexpr, NAN_T: tl.constexpr):
-    if FB & 1:
-        if SR:
-            code = encode_fbits_sr(t, rnd, FB, SIGN_OR, SZ_POS)
+def _encode(t, rnd, etab, ELEM: tl.constexpr, NAN_T: tl.constexpr):
+    """Element codes of fp32 ``t`` (SR comparands ``rnd``) with the element tables ``etab`` (see
+    ``_quantize_kernel``) and the element policies; NAN_T: t may be NaN."""
+    thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, _vals, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg = etab
+    if ELEM.FBITS:
+        if ELEM.SR:
+            code = encode_fbits_sr(t, rnd, ELEM)
         else:
-            code = encode_fbits_det(t, FB, SIGN_OR, SZ_POS)
-    elif SR:
-        code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, igap_ptr, N_LVL, L_LVL, PATH, SIGN_OR, SZ_POS, POW2_GAPS)
+            code = encode_fbits_det(t, ELEM)
+    elif ELEM.SR:
+        code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, igap_ptr, ELEM)
     else:
-        code = encode_det(t, thr_ptr, ctab_ptr, half, N_THR, L_THR, PATH, SIGN_OR, SZ_POS)
-    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF, NAN_T)
+        code = encode_det(t, thr_ptr, ctab_ptr, half, ELEM)
+    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, ELEM.OVF, NAN_T)
 
 
 @triton.jit
-def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
-                    DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, LEAN: tl.constexpr):
+def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: tl.constexpr):
     """fp32 scaled elements t of blocks xb with decoded block scales S (see ref_quantize.scale_elements).
     LEAN: the tile is known to hold finite x only and normal finite S with finite reciprocals (see
     _tile_is_plain), so the zero-scale and 0 * Inf corrections are no-ops and are left out."""
     one = tl.full(S.shape, 1.0, tl.float32)
-    if ENCODE:
-        if TWO_LEVEL:
+    if SCALE.ENCODE:
+        if SCALE.TWO_LEVEL:
             r = tl.minimum(tl.div_rn(one, S * ts), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
             r = tl.minimum(tl.div_rn(one, S), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         t = xb * _expand(r, TWO_D)
-    elif DIV_POW2:
+    elif SCALE.DIV_POW2:
         t = xb * _expand(tl.div_rn(one, S), TWO_D)
-    elif EDIV:
-        if TWO_LEVEL:
+    elif SCALE.EDIV:
+        if SCALE.TWO_LEVEL:
             den = S * ts
         else:
             den = S
         t = tl.div_rn(xb, tl.broadcast_to(_expand(den, TWO_D), xb.shape))
     else:
-        re = _expand(_reciprocal(S, ts, TWO_LEVEL), TWO_D)
+        re = _expand(_reciprocal(S, ts, SCALE.TWO_LEVEL), TWO_D)
         if LEAN:
             t = xb * re
         else:
             t = tl.where((xb == 0.0) & (tl.abs(re) == float("inf")), xb, xb * re)  # 0 * inf (1/S overflowed) stays 0
-    if not (ENCODE or LEAN):
+    if not (SCALE.ENCODE or LEAN):
         t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
     return t
 
 
 @triton.jit
-def _near_boundary(te, to, FB: tl.constexpr):
+def _near_boundary(te, to, ELEM: tl.constexpr):
     """Scalar: True when some |t| of the tile lies within 2^(emin - 20) (>= 4 ulps of any |t| below
-    2^(emin + 1)) of a rounding boundary (odd multiple of half the spacing) of a one-spacing ExMy grid (FB as in
-    encode_fbits_det), or above the largest level. The rounded value is the encoder's own sum, computed once."""
-    FB_M: tl.constexpr = (FB >> 1) & 15
-    FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
-    FB_CMAX: tl.constexpr = (FB >> 13) & 255
-    NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
+    2^(emin + 1)) of a rounding boundary (odd multiple of half the spacing) of a one-spacing ExMy grid (the
+    ``ELEM.FB_*`` fields), or above the largest level. The rounded value is the encoder's own sum, computed once."""
+    FB_M: tl.constexpr = ELEM.FB_M
+    FB_EMIN: tl.constexpr = ELEM.FB_EMIN
+    NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> FB_M
     BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
     VMAX: tl.constexpr = 2.0 ** (FB_EMIN + NB - 2) * (2.0 - 2.0 ** -FB_M)
     HALF_TOL: tl.constexpr = 2.0 ** (FB_EMIN - FB_M - 1) - 2.0 ** (FB_EMIN - 20)
@@ -165,17 +163,17 @@ def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
 
 
 @triton.jit
-def _tile_is_plain(has_inf, has_nan, S, ts, ENCODE: tl.constexpr, EDIV: tl.constexpr, DIV_POW2: tl.constexpr,
-                   TWO_LEVEL: tl.constexpr, S_CRIT: tl.constexpr = 0.0):
+def _tile_is_plain(has_inf, has_nan, S, ts, SCALE: tl.constexpr):
     """Scalar: True when every block of the tile has finite inputs and a normal finite scale whose element
     multiplier is finite (and, S_CRIT > 0, below S_CRIT: no decoded-range caps), so the lean encoding (no
     NaN/zero-scale/0 * Inf corrections, no multiplier floor, no caps) gives the same bits."""
+    S_CRIT: tl.constexpr = SCALE.S_CRIT
     eb = bits_of(S) & 0x7F800000
     bad = has_inf | has_nan | (eb == 0) | (eb == 0x7F800000)
-    if not (ENCODE or EDIV or DIV_POW2):
-        bad = bad | ((bits_of(_reciprocal(S, ts, TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
+    if not (SCALE.ENCODE or SCALE.EDIV or SCALE.DIV_POW2):
+        bad = bad | ((bits_of(_reciprocal(S, ts, SCALE.TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
     if S_CRIT > 0.0:
-        if TWO_LEVEL:
+        if SCALE.TWO_LEVEL:
             bad = bad | ((S >= S_CRIT) & (ts == 1.0))
         else:
             bad = bad | (S >= S_CRIT)
@@ -183,23 +181,24 @@ def _tile_is_plain(has_inf, has_nan, S, ts, ENCODE: tl.constexpr, EDIV: tl.const
 
 
 @triton.jit
-def _multiplier_ok(code, m, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr):
+def _multiplier_ok(code, m, svals_ptr, SCALE: tl.constexpr):
     """(decoded scale S of ``code``, whether S > 0 with a finite multiplier div_rn(m, S))."""
-    s = decode_scale(code, svals_ptr, SKIND, SBIAS, SNAN)
+    s = decode_scale(code, svals_ptr, SCALE)
     return s, (s > 0.0) & is_finite(tl.div_rn(m, s))
 
 
 @triton.jit
-def _multiplier_floor(ts, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-                      MB: tl.constexpr, SMAXV: tl.constexpr, TWO_LEVEL: tl.constexpr, LO: tl.constexpr,
-                      HI: tl.constexpr):
-    """Scalars (code, value) of range_policy.multiplier_floor: the smallest scale code in [LO, HI] (the positive
-    scale codes, ascending in value) whose scale S is positive with a finite multiplier m / S, m = div_rn(1, ts)
-    (1 single-level); value 0 (no floor) if none. m / S is finite iff S > m / (2^128 - 2^103), and that bound lies
-    within 2^-24 (relative) above v = m * 2^-128: so the answer is the smallest scale >= v (its ceil encoding), or
-    the next code if that one's multiplier overflows (scale spacings exceed 2^-24). Float tables (SKIND 1): by
-    bisection. Once per program."""
-    if TWO_LEVEL:
+def _multiplier_floor(ts, svals_ptr, SCALE: tl.constexpr):
+    """Scalars (code, value) of range_policy.multiplier_floor: the smallest scale code in [BUMP_LO, BUMP_HI] (the
+    positive scale codes, ascending in value) whose scale S is positive with a finite multiplier m / S,
+    m = div_rn(1, ts) (1 single-level); value 0 (no floor) if none. m / S is finite iff S > m / (2^128 - 2^103),
+    and that bound lies within 2^-24 (relative) above v = m * 2^-128: so the answer is the smallest scale >= v
+    (its ceil encoding), or the next code if that one's multiplier overflows (scale spacings exceed 2^-24).
+    Float tables (KIND 1): by bisection. Once per program."""
+    SKIND: tl.constexpr = SCALE.KIND
+    LO: tl.constexpr = SCALE.BUMP_LO
+    HI: tl.constexpr = SCALE.BUMP_HI
+    if SCALE.TWO_LEVEL:
         m = tl.div_rn(ts * 0.0 + 1.0, ts)
     else:
         m = tl.full((), 1.0, tl.float32)
@@ -208,24 +207,24 @@ def _multiplier_floor(ts, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, S
         hi = tl.full((), HI, tl.int32)
         for _ in tl.static_range((HI - LO).bit_length()):
             mid = lo + (hi - lo) // 2
-            _, ok = _multiplier_ok(mid, m, svals_ptr, SKIND, SBIAS, SNAN)
+            _, ok = _multiplier_ok(mid, m, svals_ptr, SCALE)
             hi = tl.where(ok, mid, hi)
             lo = tl.where(ok, lo, mid + 1)
         c = lo
     else:
         v = (m * 5.421010862427522e-20) * 5.421010862427522e-20  # m * 2^-128, one rounding (2^-64 twice)
         if SKIND == 0:
-            c1 = tl.minimum(tl.maximum(pow2_exponent(v, 1) + SBIAS, 0), SNAN - 1)
+            c1 = tl.minimum(tl.maximum(pow2_exponent(v, 1) + SCALE.BIAS, 0), SCALE.NAN - 1)
         elif SKIND == 4:
-            c1 = encode_float_scale(tl.minimum(v, SMAXV), MB, SBIAS, 1)
+            c1 = encode_float_scale(tl.minimum(v, SCALE.MAXV), SCALE.MB, SCALE.BIAS, 1)
         elif SKIND == 2:
             c1 = bits_of(v)
         else:
             b = bits_of(v)
             c1 = (b + tl.where((b & 0xFFFF) != 0, 0x10000, 0)) >> 16
-        _, ok1 = _multiplier_ok(c1, m, svals_ptr, SKIND, SBIAS, SNAN)
+        _, ok1 = _multiplier_ok(c1, m, svals_ptr, SCALE)
         c = tl.minimum(tl.where(ok1, c1, c1 + 1), HI)
-    s, ok = _multiplier_ok(c, m, svals_ptr, SKIND, SBIAS, SNAN)
+    s, ok = _multiplier_ok(c, m, svals_ptr, SCALE)
     return c, tl.where(ok, s, 0.0)
 
 
@@ -237,10 +236,12 @@ def _floor_scales(sc, S, amax, fcode, fval):
 
 
 @triton.jit
-def _decoded_caps(S, lvl_ptr, N_LVL: tl.constexpr, L_LVL: tl.constexpr):
+def _decoded_caps(S, lvl_ptr, ELEM: tl.constexpr):
     """range_policy.decoded_caps per block: (lo, hi) from the ascending levels, -Inf / +Inf where the extreme level
     on that side decodes finite. Bisection: cp = number of levels whose product with S is below +Inf, cn = number
     whose product is -Inf (both prefixes of the ascending levels)."""
+    N_LVL: tl.constexpr = ELEM.N_LVL
+    L_LVL: tl.constexpr = ELEM.L_LVL
     cp = tl.full(S.shape, 0, tl.int32)
     cn = tl.full(S.shape, 0, tl.int32)
     for s in tl.static_range(L_LVL):
@@ -263,74 +264,64 @@ def _cap(t, lo, hi):
 
 
 @triton.jit
-def _block_scales(amax, zero, has_inf, has_nan, ts, g, target, inv_target,
-                  stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-                  N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-                  METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
-                  EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr,
-                  SNAN: tl.constexpr, SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr,
-                  HAS_MAX: tl.constexpr, STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr,
-                  ENCODE: tl.constexpr):
-    """(scale codes, decoded scales) of the blocks for one amax target, block policies applied."""
-    sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, N_STAB, L_STAB,
-                           N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL,
-                           HAS_MIN, HAS_MAX, STRICT, SMAXV, ENCODE)
-    if HAS_ZB:
+def _block_scales(amax, zero, has_inf, has_nan, ts, g, target, inv_target, stab, SCALE: tl.constexpr):
+    """(scale codes, decoded scales) of the blocks for one amax target, block policies applied (``stab``: the
+    scale tables, see ``_quantize_kernel``)."""
+    _tg, _itg, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code = stab
+    sc = block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, SCALE)
+    if SCALE.HAS_ZB:
         sc = tl.where(zero, zero_code, sc)
     sc = tl.where(has_inf, inf_code, sc)
     sc = tl.where(has_nan, snan_code, sc)
-    return sc, decode_scale(sc, svals_ptr, SKIND, SBIAS, SNAN)
+    return sc, decode_scale(sc, svals_ptr, SCALE)
 
 
 @triton.jit
-def _encode_blocks(eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr,
-                   ovf_nan, inf_pos, inf_neg, N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr,
-                   L_LVL: tl.constexpr, TWO_D: tl.constexpr, PATH: tl.constexpr, SIGN_OR: tl.constexpr,
-                   OVF: tl.constexpr, SR: tl.constexpr, TWO_LEVEL: tl.constexpr, EDIV: tl.constexpr,
-                   DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr,
-                   FB: tl.constexpr, LEAN: tl.constexpr, QDIV: tl.constexpr, S_CRIT: tl.constexpr = 0.0):
+def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
+                   LEAN: tl.constexpr, QDIV: tl.constexpr):
     """(even-half codes, odd-half codes) of the blocks with decoded scales S; LEAN as in _scale_elements (t is
-    then never NaN, so the NaN element policy is left out too); S_CRIT > 0: decoded-range caps (tensor scale 1)."""
-    NB: tl.constexpr = (((FB >> 13) & 255) + 1) >> ((FB >> 1) & 15)
-    if LEAN and QDIV and EDIV and (FB & 1) and NB == 2 and not SR:
+    then never NaN, so the NaN element policy is left out too); SCALE.S_CRIT > 0: decoded-range caps (tensor
+    scale 1)."""
+    NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> ELEM.FB_M
+    if LEAN and QDIV and SCALE.EDIV and ELEM.FBITS and NB == 2 and not ELEM.SR:
         # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
         # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
         # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
         # nearly every tile (measured on the H200: slower than dividing), so they divide
-        if TWO_LEVEL:
+        if SCALE.TWO_LEVEL:
             den = S * ts
         else:
             den = S
         r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
         te = eb * r
         to = ob * r
-        if _near_boundary(te, to, FB):
+        if _near_boundary(te, to, ELEM):
             te = tl.div_rn(eb, tl.broadcast_to(_expand(den, TWO_D), eb.shape))
             to = tl.div_rn(ob, tl.broadcast_to(_expand(den, TWO_D), ob.shape))
     else:
-        te = _scale_elements(eb, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE, LEAN)
-        to = _scale_elements(ob, S, ts, TWO_D, TWO_LEVEL, EDIV, DIV_POW2, ENCODE, LEAN)
-        if S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
-            lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if TWO_LEVEL else S, lvl_ptr, N_LVL, L_LVL)
+        te = _scale_elements(eb, S, ts, TWO_D, SCALE, LEAN)
+        to = _scale_elements(ob, S, ts, TWO_D, SCALE, LEAN)
+        if SCALE.S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
+            lvl_ptr = etab[3]
+            lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
             te = _cap(te, _expand(lo, TWO_D), _expand(hi, TWO_D))
             to = _cap(to, _expand(lo, TWO_D), _expand(hi, TWO_D))
-    ce = _encode(te, reb, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, not LEAN)
-    co = _encode(to, rob, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                 inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, not LEAN)
+    ce = _encode(te, reb, etab, ELEM, not LEAN)
+    co = _encode(to, rob, etab, ELEM, not LEAN)
     return ce, co
 
 
 @triton.jit
 def _sq_error(eb, ob, ce, co, S, ts, vals_ptr, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.constexpr,
-              TWO_LEVEL: tl.constexpr, ERR: tl.constexpr = 0):
-    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2; ERR bit 0: |error| instead of its
-    square (select_by "sae"), bit 1: value * (S * ts) (dequantize_order "scale_product_first")."""
-    if TWO_LEVEL and (ERR & 2) != 0:
+              SCALE: tl.constexpr):
+    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2; SCALE.ERR bit 0: |error| instead of
+    its square (select_by "sae"), bit 1: value * (S * ts) (dequantize_order "scale_product_first")."""
+    ERR: tl.constexpr = SCALE.ERR
+    if SCALE.TWO_LEVEL and (ERR & 2) != 0:
         S = S * ts
     de = tl.load(vals_ptr + ce) * _expand(S, TWO_D)
     do = tl.load(vals_ptr + co) * _expand(S, TWO_D)
-    if TWO_LEVEL and (ERR & 2) == 0:
+    if SCALE.TWO_LEVEL and (ERR & 2) == 0:
         de = de * ts
         do = do * ts
     de = de - eb
@@ -353,13 +344,13 @@ def _amax_kernel(x_ptr, part_ptr, signs_ptr, rscale, M, K, INNER,
 
 
 @triton.jit
-def tensor_scale(amax_t, ts_den, ENCODE: tl.constexpr, TS_LO: tl.constexpr = 0, TS_HI: tl.constexpr = 0x7F7FFFFF):
+def tensor_scale(amax_t, ts_den, SCALE: tl.constexpr):
     """(ts, g) of a two-level format from the tensor amax (ref_quantize.tensor_scales): decode scale ts, clamped to
     [TS_LO, TS_HI] (fp32 bit patterns, range_policy.tensor_scale_bounds: TS_LO may be subnormal, which a float
     literal would make fp64), and, for "encode" arithmetic, the encode scale g (1 otherwise)."""
-    ts_lo = f32_of(tl.full((), TS_LO, tl.int32))
-    ts_hi = f32_of(tl.full((), TS_HI, tl.int32))
-    if ENCODE:
+    ts_lo = f32_of(tl.full((), SCALE.TS_LO, tl.int32))
+    ts_hi = f32_of(tl.full((), SCALE.TS_HI, tl.int32))
+    if SCALE.ENCODE:
         g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX, propagate_nan=tl.PropagateNan.ALL),
                      1.0)
         g = tl.where(g > 0.0, g, 1.0)
@@ -372,47 +363,33 @@ def tensor_scale(amax_t, ts_den, ENCODE: tl.constexpr, TS_LO: tl.constexpr = 0, 
 
 
 @triton.jit
-def quantize_halves(
-    xe, xo, re, ro, ts, g,
-    thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-    nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
-    tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code,
-    BM: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
-    N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
-    N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr,
-    METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
-    EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-    SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
-    STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
-    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
-    BUMP_LO: tl.constexpr = 0, BUMP_HI: tl.constexpr = 0, S_CRIT: tl.constexpr = 0.0, ERR: tl.constexpr = 0,
-):
+def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
+                    TC: tl.constexpr, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
+                    QDIV: tl.constexpr, LEAN_OK: tl.constexpr):
     """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
     (METHOD != 0; tensor scale ts and encode scale g of two-level formats): (code_e, code_o [BM, C2], scale codes,
     decoded scales [blocks of the tile]); element-only formats return zero-sized scale placeholders (0, 1).
-    Range edges (range_policy.kernel_constants): BUMP_HI > 0: the multiplier floor over scale codes [BUMP_LO,
-    BUMP_HI] (then a lean tile may hold raised blocks: their multipliers are finite); S_CRIT > 0: decoded-range caps
-    for blocks with S >= S_CRIT, off the lean path."""
-    BUMP: tl.constexpr = BUMP_HI > 0
+    ``etab`` / ``stab``: the element and scale tables (see ``_quantize_kernel``). Range edges
+    (range_policy.kernel_constants): BUMP_HI > 0: the multiplier floor over scale codes [BUMP_LO, BUMP_HI] (then a
+    lean tile may hold raised blocks: their multipliers are finite); S_CRIT > 0: decoded-range caps for blocks
+    with S >= S_CRIT, off the lean path."""
+    BUMP: tl.constexpr = SCALE.BUMP_HI > 0
+    N_TG: tl.constexpr = SCALE.N_TG
     TH: tl.constexpr = TC // 2
-    if METHOD == 0:
-        code_e = _encode(xe, re, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
-        code_o = _encode(xo, ro, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
-                         inf_neg, N_THR, L_THR, N_LVL, L_LVL, PATH, SIGN_OR, OVF, SR, SZ_POS, POW2_GAPS, FB, True)
+    if SCALE.METHOD == 0:
+        code_e = _encode(xe, re, etab, ELEM, True)
+        code_o = _encode(xo, ro, etab, ELEM, True)
         return code_e, code_o, 0, 1.0
     else:
+        tg_ptr, itg_ptr, _stab, _scpos, svals_ptr, _min_s, _max_s, _zero_code, _inf_code, _snan_code = stab
         if BUMP:
-            fcode, fval = _multiplier_floor(ts, svals_ptr, SKIND, SBIAS, SNAN, SNAN >> 16, SMAXV, TWO_LEVEL,
-                                            BUMP_LO, BUMP_HI)
+            fcode, fval = _multiplier_floor(ts, svals_ptr, SCALE)
         eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
         ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
         reb = _blocks(re, BM, C2, TR, TH, TWO_D)
         rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
         # block amax (finite values), has_nan, has_inf; the even and odd halves merged elementwise first
-        if NAN_PROP:
+        if SCALE.NAN_PROP:
             # a block with Inf/NaN gets the inf/nan scale code whatever its finite amax: one NaN-propagating float
             # maximum of |x| suffices (same value as the integer maximum of the |x| bit patterns)
             top = _bmax_nan(tl.maximum(tl.abs(eb), tl.abs(ob), propagate_nan=tl.PropagateNan.ALL), TWO_D)
@@ -426,37 +403,24 @@ def quantize_halves(
             has_nan = amax != amax
             has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), TWO_D) > 0
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
-        best_sc, best_S = _block_scales(
-            amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab_ptr, scpos_ptr, svals_ptr,
-            min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS, METHOD, EXP_MODE, EVEN_ADD, EMAX,
-            SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, ENCODE)
+        best_sc, best_S = _block_scales(amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab,
+                                        SCALE)
         if BUMP:
             best_sc, best_S = _floor_scales(best_sc, best_S, amax, fcode, fval)
-        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, ENCODE, EDIV, DIV_POW2, TWO_LEVEL, S_CRIT):
-            best_e, best_o = _encode_blocks(
-                eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
-                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
-                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, True, QDIV)
+        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, SCALE):
+            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, True, QDIV)
         else:
-            best_e, best_o = _encode_blocks(
-                eb, ob, reb, rob, best_S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
-                ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
-                TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV, S_CRIT)
+            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
         if N_TG > 1:
-            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL, ERR)
+            vals_ptr = etab[6]
+            best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
             for ti in tl.static_range(1, N_TG):
-                sc, S = _block_scales(
-                    amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti), stab_ptr,
-                    scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code, N_STAB, L_STAB, N_SCPOS,
-                    METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS, SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX,
-                    STRICT, SMAXV, HAS_ZB, ENCODE)
+                sc, S = _block_scales(amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti),
+                                      stab, SCALE)
                 if BUMP:
                     sc, S = _floor_scales(sc, S, amax, fcode, fval)
-                c_e, c_o = _encode_blocks(
-                    eb, ob, reb, rob, S, ts, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, nan_code,
-                    ovf_thr, ovf_nan, inf_pos, inf_neg, N_THR, L_THR, N_LVL, L_LVL, TWO_D, PATH, SIGN_OR, OVF, SR,
-                    TWO_LEVEL, EDIV, DIV_POW2, ENCODE, SZ_POS, POW2_GAPS, FB, False, QDIV, S_CRIT)
-                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, TWO_LEVEL, ERR)
+                c_e, c_o = _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
+                err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
                 take = err < best_err
                 best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
                 best_o = tl.where(_expand(take, TWO_D), c_o, best_o)
@@ -476,21 +440,20 @@ def _quantize_kernel(
     signs_ptr, rscale, M, K, K2, INNER, seed,
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     IN_KIND: tl.constexpr, INNER1: tl.constexpr, WORDS: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
-    N_THR: tl.constexpr, L_THR: tl.constexpr, N_LVL: tl.constexpr, L_LVL: tl.constexpr, N_TG: tl.constexpr,
-    N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-    PATH: tl.constexpr, SIGN_OR: tl.constexpr, OVF: tl.constexpr, SR: tl.constexpr, FAST_RAND: tl.constexpr,
-    SRW: tl.constexpr, RHT_N: tl.constexpr, METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr,
-    EMAX: tl.constexpr, SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-    SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
-    STRICT: tl.constexpr, SMAXV: tl.constexpr, HAS_ZB: tl.constexpr, NAN_PROP: tl.constexpr,
-    EDIV: tl.constexpr, DIV_POW2: tl.constexpr, ENCODE: tl.constexpr, SZ_POS: tl.constexpr,
-    POW2_GAPS: tl.constexpr, FB: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
-    TS_LO: tl.constexpr, TS_HI: tl.constexpr, BUMP_LO: tl.constexpr, BUMP_HI: tl.constexpr, S_CRIT: tl.constexpr,
-    ERR: tl.constexpr = 0,
+    FAST_RAND: tl.constexpr, SRW: tl.constexpr, RHT_N: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
+    ELEM: tl.constexpr, SCALE: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
-    load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles."""
+    load as one int32 word (WORDS), codes pack as ``even | odd << 4`` without shuffles.
+
+    Runtime arguments after the outputs: the element tables and constants (thresholds, codes, levels, SR codes,
+    reciprocal gaps, values; NaN / overflow / Inf codes: ``params.ElementParams``), then the scale tables and
+    constants (amax targets and reciprocals, float-scale thresholds, positive codes and decoded values; clamps,
+    zero / Inf / NaN block codes: ``params.ScaleParams``); they travel as the tuples ``etab`` and ``stab``."""
     C2: tl.constexpr = BK // 2
+    etab = (thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
+            inf_neg)
+    stab = (tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code)
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
@@ -503,25 +466,20 @@ def _quantize_kernel(
         xo = load_f32(x_ptr, addr_o, mo, IN_KIND)
     if RHT_N > 0:
         xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
-    if SR:
+    if ELEM.SR:
         re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND, SRW)
     else:
         re = addr_e
         ro = addr_o
     ts = 1.0
     g = 1.0
-    if TWO_LEVEL:
-        ts, g = tensor_scale(tl.load(amax_ptr), ts_den, ENCODE, TS_LO, TS_HI)
+    if SCALE.TWO_LEVEL:
+        ts, g = tensor_scale(tl.load(amax_ptr), ts_den, SCALE)
         if (pid_m == 0) & (pid_k == 0):
             tl.store(ts_ptr, ts)
-    code_e, code_o, best_sc, best_S = quantize_halves(
-        xe, xo, re, ro, ts, g, thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
-        nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-        min_s, max_s, zero_code, inf_code, snan_code, BM, C2, TR, TC, TWO_D, N_THR, L_THR, N_LVL, L_LVL, N_TG,
-        N_STAB, L_STAB, N_SCPOS, PATH, SIGN_OR, OVF, SR, METHOD, EXP_MODE, EVEN_ADD, EMAX, SKIND, SROUND, SBIAS,
-        SNAN, SDIV, TWO_LEVEL, HAS_MIN, HAS_MAX, STRICT, SMAXV, HAS_ZB, NAN_PROP, EDIV, DIV_POW2, ENCODE, SZ_POS,
-        POW2_GAPS, FB, QDIV, LEAN_OK, BUMP_LO=BUMP_LO, BUMP_HI=BUMP_HI, S_CRIT=S_CRIT, ERR=ERR)
-    if METHOD != 0:
+    code_e, code_o, best_sc, best_S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM, C2, TR, TC, TWO_D,
+                                                      ELEM, SCALE, QDIV, LEAN_OK)
+    if SCALE.METHOD != 0:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:

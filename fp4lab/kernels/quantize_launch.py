@@ -59,7 +59,6 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
 
     from fp4lab.emulator.blocks import BlockView
     from fp4lab.emulator.philox import sr_elements_per_call
-    from fp4lab.emulator.range_policy import kernel_constants
     from fp4lab.emulator.ref_quantize import check_rounding
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
@@ -121,18 +120,12 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
     if sp.method and tc < 2:
         raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
 
-    def n_log(a: np.ndarray) -> tuple[int, int]:
-        return int(a.size), int(a.size).bit_length()
-
     # the per-tile lean branch (see _tile_is_plain) pays off unless it would still divide every element: a second
     # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
     uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
     qdiv = (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
     divides = sp.ediv and not (sp.div_pow2 or sp.encode)  # x / S element by element (see _scale_elements)
     lean_ok = sp.targets.size == 1 and (qdiv or not divides)
-    n_thr, l_thr = n_log(ep.thr)
-    n_lvl, l_lvl = n_log(ep.levels)
-    n_stab, l_stab = n_log(sp.stab)
     if mv.M * mv.K:
         thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = kernel_tables(ep, sp, dev)
         qk._quantize_kernel[grid](
@@ -141,16 +134,8 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
             sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
             signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, WORDS=words, PACK=packed,
-            STORE_S=bool(sp.method and store_scales), N_THR=n_thr, L_THR=l_thr, N_LVL=n_lvl, L_LVL=l_lvl,
-            N_TG=int(sp.targets.size), N_STAB=n_stab, L_STAB=l_stab, N_SCPOS=int(sp.scpos.size),
-            PATH=ep.path, SIGN_OR=ep.sign_or, OVF=ep.overflow, SR=mode == "sr", FAST_RAND=fast_rand,
-            SRW=int(sr_bits), RHT_N=rht_n, METHOD=sp.method, EXP_MODE=sp.exp_mode, EVEN_ADD=sp.even_add, EMAX=sp.emax,
-            SKIND=sp.skind, SROUND=sp.sround, SBIAS=sp.sbias, SNAN=sp.snan, SDIV=sp.sdiv,
-            TWO_LEVEL=sp.two_level, HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None,
-            STRICT=sp.strict, SMAXV=sp.smax, HAS_ZB=sp.zero_code >= 0, NAN_PROP=sp.nan_prop, EDIV=sp.ediv,
-            DIV_POW2=sp.div_pow2, ENCODE=sp.encode, SZ_POS=fmt.signed_zero == "positive",
-            POW2_GAPS=ep.pow2_gaps and mode == "sr", FB=ep.fbits_key, QDIV=qdiv, LEAN_OK=lean_ok, ERR=sp.err,
-            **kernel_constants(fmt), **opts)
+            STORE_S=bool(sp.method and store_scales), FAST_RAND=fast_rand, SRW=int(sr_bits), RHT_N=rht_n, QDIV=qdiv,
+            LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, **opts)
     if sp.skind == 3 and sp.method:
         scodes = scodes.view(torch.uint16)
     ts = ts_out.reshape(()) if sp.two_level else None

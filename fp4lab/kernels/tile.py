@@ -151,30 +151,30 @@ def count_tab(v, tab_ptr, N: tl.constexpr, STRICT: tl.constexpr, LOG: tl.constex
 
 
 @triton.jit
-def encode_det(t, thr_ptr, ctab_ptr, half, N_THR: tl.constexpr, L_THR: tl.constexpr, PATH: tl.constexpr,
-               SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
+def encode_det(t, thr_ptr, ctab_ptr, half, ELEM: tl.constexpr):
     """Element codes of fp32 ``t`` for a deterministic mode (see params.py for the three paths)."""
-    neg = negative(t, SZ_POS)
-    if PATH == 2:
-        idx = count_tab(t, thr_ptr, N_THR, False, L_THR)
+    neg = negative(t, ELEM.SZ_POS)
+    if ELEM.PATH == 2:
+        idx = count_tab(t, thr_ptr, ELEM.N_THR, False, ELEM.L_THR)
         code = tl.load(ctab_ptr + idx + neg * half)
     else:
-        m = count_tab(tl.abs(t), thr_ptr, N_THR, False, L_THR)
-        if PATH == 0:
-            code = m | (neg * SIGN_OR)
+        m = count_tab(tl.abs(t), thr_ptr, ELEM.N_THR, False, ELEM.L_THR)
+        if ELEM.PATH == 0:
+            code = m | (neg * ELEM.SIGN_OR)
         else:
             code = tl.load(ctab_ptr + m + neg * half)
     return code
 
 
 @triton.jit
-def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL: tl.constexpr,
-              PATH: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr, POW2_GAPS: tl.constexpr):
+def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, ELEM: tl.constexpr):
     """Stochastic rounding: neighbours lo <= t < hi, p = div_rn(t - lo, hi - lo); up iff floor(p * 2^24) > rand24.
     Level index k and the neighbours by unrolled compare/select over the levels (up to 32), else by gathers.
     PATH 0 grids give the code as |idx - z| | sign * SIGN_OR (z = index of level 0), others by table.
     POW2_GAPS: every hi - lo is a power of two, so the quotient is the exact product with its reciprocal."""
-    neg = negative(t, SZ_POS)
+    N_LVL: tl.constexpr = ELEM.N_LVL
+    POW2_GAPS: tl.constexpr = ELEM.POW2_GAPS
+    neg = negative(t, ELEM.SZ_POS)
     if N_LVL <= 32:
         cnt = tl.full(t.shape, 0, tl.int32)
         lo = tl.full(t.shape, 0.0, tl.float32) + tl.load(lvl_ptr)
@@ -192,7 +192,7 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL
                 hi = tl.where(t >= tl.load(lvl_ptr + j - 1), lv, hi)
         k = tl.minimum(tl.maximum(cnt - 1, 0), N_LVL - 2)
     else:
-        k = count_tab(t, lvl_ptr, N_LVL, False, L_LVL) - 1
+        k = count_tab(t, lvl_ptr, N_LVL, False, ELEM.L_LVL) - 1
         k = tl.minimum(tl.maximum(k, 0), N_LVL - 2)
         lo = tl.load(lvl_ptr + k)
         hi = tl.load(lvl_ptr + k + 1)
@@ -205,22 +205,22 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, N_LVL: tl.constexpr, L_LVL
     f24 = (p * 16777216.0).to(tl.int32)
     idx = k + (f24 > rand24).to(tl.int32)
     idx = tl.where(t >= tl.load(lvl_ptr + N_LVL - 1), N_LVL - 1, tl.where(t <= tl.load(lvl_ptr), 0, idx))
-    if PATH == 0:
+    if ELEM.PATH == 0:
         z = (N_LVL - 1) // 2
-        return tl.abs(idx - z) | (neg * SIGN_OR)
+        return tl.abs(idx - z) | (neg * ELEM.SIGN_OR)
     else:
         return tl.load(ctab_ptr + idx + neg * N_LVL)
 
 
 @triton.jit
-def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
+def encode_fbits_det(t, ELEM: tl.constexpr):
     """RTNE codes of fp32 ``t`` on an ExMy float grid, the minimum over binades of magic-number roundings
     (emulator.fbits.fbits_det is the numpy twin and states the argument): magnitude code | sign * SIGN_OR. NaN/overflow
-    policies are applied by the caller. FB = params.fbits_key. ``tl.fma`` is safe in the interpreter here: its
-    product is exact (a power-of-two multiple), so one rounding equals the interpreter's two."""
-    FB_M: tl.constexpr = (FB >> 1) & 15
-    FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
-    FB_CMAX: tl.constexpr = (FB >> 13) & 255
+    policies are applied by the caller. ``tl.fma`` is safe in the interpreter here: its product is exact (a
+    power-of-two multiple), so one rounding equals the interpreter's two."""
+    FB_M: tl.constexpr = ELEM.FB_M
+    FB_EMIN: tl.constexpr = ELEM.FB_EMIN
+    FB_CMAX: tl.constexpr = ELEM.FB_CMAX
     NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
     U: tl.constexpr = 2.0 ** (FB_EMIN - FB_M)
     BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
@@ -235,17 +235,17 @@ def encode_fbits_det(t, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.cons
             cj = tl.minimum(cj, bits_of(tl.fma(a, 2.0 ** -j, BIG + j * (1 << FB_M) * U)))
         c = tl.minimum(c, cj)
     code = c - base
-    return code | (negative(t, SZ_POS) * SIGN_OR)
+    return code | (negative(t, ELEM.SZ_POS) * ELEM.SIGN_OR)
 
 
 @triton.jit
-def encode_fbits_sr(t, rand24, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: tl.constexpr):
+def encode_fbits_sr(t, rand24, ELEM: tl.constexpr):
     """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (emulator.fbits.fbits_sr is the
     numpy twin): |t| truncated to the grid gives lo_m and the power-of-two gap, so p = (t - lo) * (1 / gap) is
     the exact quotient of the reference; magnitude code | sign * SIGN_OR."""
-    FB_M: tl.constexpr = (FB >> 1) & 15
-    FB_EMIN: tl.constexpr = ((FB >> 5) & 255) - 128
-    FB_CMAX: tl.constexpr = (FB >> 13) & 255
+    FB_M: tl.constexpr = ELEM.FB_M
+    FB_EMIN: tl.constexpr = ELEM.FB_EMIN
+    FB_CMAX: tl.constexpr = ELEM.FB_CMAX
     a = tl.abs(t)
     b = bits_of(a)
     eb = b >> 23
@@ -265,7 +265,7 @@ def encode_fbits_sr(t, rand24, FB: tl.constexpr, SIGN_OR: tl.constexpr, SZ_POS: 
     c_lo = (bits_of(w) >> (23 - FB_M)) - ((127 + FB_EMIN - 1) << FB_M) - tl.where(sub, 1 << FB_M, 0)
     c = c_lo + (up != neg).to(tl.int32)
     c = tl.where(c_lo >= FB_CMAX, FB_CMAX, c)  # |t| >= the largest level (or Inf)
-    return c | (negative(t, SZ_POS) * SIGN_OR)
+    return c | (negative(t, ELEM.SZ_POS) * ELEM.SIGN_OR)
 
 
 @triton.jit
@@ -282,18 +282,20 @@ def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF:
 
 
 @triton.jit
-def decode_elements(code, vals_ptr, GKIND: tl.constexpr, EB: tl.constexpr, MB: tl.constexpr,
-                    EBIAS: tl.constexpr, STEP: tl.constexpr):
-    """fp32 value of element codes: GKIND 0 sign-magnitude ExMy (fields placed in fp32 bits, then one exact
-    power-of-two multiply; fp32 subnormals carry the grid's subnormals), 1 two's-complement int * step, 2 table."""
-    if GKIND == 0:
+def decode_elements(code, vals_ptr, DEC: tl.constexpr):
+    """fp32 value of element codes (``DEC``: params.DecodeCx): KIND 0 sign-magnitude ExMy (fields placed in fp32
+    bits, then one exact power-of-two multiply; fp32 subnormals carry the grid's subnormals), 1 two's-complement
+    int * step, 2 table."""
+    EB: tl.constexpr = DEC.EB
+    MB: tl.constexpr = DEC.MB
+    if DEC.KIND == 0:
         mag = code & ((1 << (EB + MB)) - 1)
         sgn = (code >> (EB + MB)) & 1
         v = f32_of((mag << (23 - MB)) | (sgn << 31))
-        return v * (2.0 ** (127 - EBIAS))
-    elif GKIND == 1:
+        return v * (2.0 ** (127 - DEC.BIAS))
+    elif DEC.KIND == 1:
         k = (code << (32 - EB)) >> (32 - EB)
-        return k.to(tl.float32) * STEP
+        return k.to(tl.float32) * DEC.STEP
     else:
         return tl.load(vals_ptr + code)
 
@@ -342,21 +344,22 @@ def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.cons
 
 
 @triton.jit
-def decode_scale(code, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr):
-    """fp32 value of scale codes: pow2 2^(code - bias) built from bits (NaN code / exponent > 127 -> NaN),
-    float-table lookup (1) or ExMy fields placed in fp32 bits times 2^(127 - bias) (4; SNAN = MB << 16 | nan code
-    + 1, nan code -1 for none), fp32 bits, bf16 bits."""
+def decode_scale(code, svals_ptr, SCALE: tl.constexpr):
+    """fp32 value of scale codes (``SCALE``: params.ScaleCx): KIND 0 pow2 2^(code - bias) built from bits (NaN code /
+    exponent > 127 -> NaN), 1 float-table lookup, 4 ExMy fields placed in fp32 bits times 2^(127 - bias) (NaN at
+    ``SCALE.NAN``, -1 for none), 2 fp32 bits, 3 bf16 bits."""
+    SKIND: tl.constexpr = SCALE.KIND
     if SKIND == 0:
-        e = code - SBIAS
+        e = code - SCALE.BIAS
         sh = tl.minimum(tl.maximum(e + 149, 0), 30)
         b = tl.where(e >= -126, (e + 127) << 23, tl.where(e >= -149, 1 << sh, 0))
-        b = tl.where((code == SNAN) | (e > 127), 0x7FC00000, b)
+        b = tl.where((code == SCALE.NAN) | (e > 127), 0x7FC00000, b)
         return f32_of(b)
     elif SKIND == 1:
         return tl.load(svals_ptr + code)
     elif SKIND == 4:
-        v = f32_of(code << (23 - (SNAN >> 16))) * (2.0 ** (127 - SBIAS))
-        return tl.where(code == (SNAN & 0xFFFF) - 1, float("nan"), v)
+        v = f32_of(code << (23 - SCALE.MB)) * (2.0 ** (127 - SCALE.BIAS))
+        return tl.where(code == SCALE.NAN, float("nan"), v)
     elif SKIND == 2:
         return f32_of(code)
     else:
@@ -364,50 +367,49 @@ def decode_scale(code, svals_ptr, SKIND: tl.constexpr, SBIAS: tl.constexpr, SNAN
 
 
 @triton.jit
-def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr,
-                      N_STAB: tl.constexpr, L_STAB: tl.constexpr, N_SCPOS: tl.constexpr,
-                      METHOD: tl.constexpr, EXP_MODE: tl.constexpr, EVEN_ADD: tl.constexpr, EMAX: tl.constexpr,
-                      SKIND: tl.constexpr, SROUND: tl.constexpr, SBIAS: tl.constexpr, SNAN: tl.constexpr,
-                      SDIV: tl.constexpr, TWO_LEVEL: tl.constexpr, HAS_MIN: tl.constexpr, HAS_MAX: tl.constexpr,
-                      STRICT: tl.constexpr, SMAXV: tl.constexpr, ENCODE: tl.constexpr):
-    """int32 scale codes of finite block amaxes (policies applied by the caller)."""
-    if METHOD == 2:
+def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, SCALE: tl.constexpr):
+    """int32 scale codes of finite block amaxes (policies applied by the caller; ``SCALE``: params.ScaleCx)."""
+    SKIND: tl.constexpr = SCALE.KIND
+    SROUND: tl.constexpr = SCALE.ROUND
+    SBIAS: tl.constexpr = SCALE.BIAS
+    SNAN: tl.constexpr = SCALE.NAN
+    SMAXV: tl.constexpr = SCALE.MAXV
+    if SCALE.METHOD == 2:
         b = bits_of(amax)
-        if EXP_MODE == 2:
-            b = (b + EVEN_ADD) & 0x7F800000
+        if SCALE.EXP_MODE == 2:
+            b = (b + SCALE.EVEN_ADD) & 0x7F800000
         e = ((b >> 23) & 0xFF) - 127
-        if EXP_MODE == 1:
+        if SCALE.EXP_MODE == 1:
             e += ((b & 0x7FFFFF) != 0).to(tl.int32)
-        code = tl.minimum(tl.maximum(e - EMAX + SBIAS, 0), SNAN - 1)
+        code = tl.minimum(tl.maximum(e - SCALE.EMAX + SBIAS, 0), SNAN - 1)
     else:
-        if ENCODE:
+        if SCALE.ENCODE:
             ideal = tl.minimum(amax * (g * inv_target), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
-            if SDIV:
+            if SCALE.DIV:
                 ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
             else:
                 ideal = amax * inv_target
-            if TWO_LEVEL:
+            if SCALE.TWO_LEVEL:
                 ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
-        if HAS_MIN:
+        if SCALE.HAS_MIN:
             ideal = tl.where(ideal < min_s, min_s, ideal)
-        if HAS_MAX:
+        if SCALE.HAS_MAX:
             ideal = tl.where(ideal > max_s, max_s, ideal)
         if SKIND == 0:
-            ROUND: tl.constexpr = SROUND % 4  # SROUND >= 4: a code above SNAN - 1 is NaN (scale_overflow "nan")
-            k = pow2_exponent(ideal, ROUND)
+            k = pow2_exponent(ideal, SROUND)
             code = tl.minimum(tl.maximum(k + SBIAS, 0), SNAN - 1)
-            if SROUND >= 4:
+            if SCALE.OVF_NAN:  # a code above SNAN - 1 is NaN (scale_overflow "nan")
                 code = tl.where(k + SBIAS > SNAN - 1, SNAN, code)
             code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 4:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
-            code = encode_float_scale(c, SNAN >> 16, SBIAS, SROUND)
-            code = tl.where(ideal != ideal, (SNAN & 0xFFFF) - 1, code)
+            code = encode_float_scale(c, SCALE.MB, SBIAS, SROUND)
+            code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 1:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
-            idx = count_tab(c, stab_ptr, N_STAB, STRICT, L_STAB)
-            code = tl.load(scpos_ptr + tl.minimum(idx, N_SCPOS - 1))
+            idx = count_tab(c, stab_ptr, SCALE.N_TAB, SCALE.STRICT, SCALE.L_TAB)
+            code = tl.load(scpos_ptr + tl.minimum(idx, SCALE.N_POS - 1))
             code = tl.where(ideal != ideal, SNAN, code)
         elif SKIND == 2:
             code = bits_of(tl.where(ideal > SMAXV, SMAXV, ideal))
