@@ -154,7 +154,8 @@ def main() -> None:
         n, ops, regs, listing = sass_stats(compile_sm90(cap, warps))
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
-            stem = f"{args.kernel}-{case.replace(':', '_')}-{args.tile}-{args.along}-rht{args.rht}.sass"
+            name = re.sub(r"[^\w.-]", "_", case)
+            stem = f"{args.kernel}-{name}-{args.tile}-{args.along}-rht{args.rht}.sass"
             with open(os.path.join(args.dump, stem), "w") as fh:
                 fh.write("\n".join(listing) + "\n")
         per_elem = n * 32 * warps / (bm * bk)

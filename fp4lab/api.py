@@ -94,6 +94,51 @@ def quantize(
     return _torch_fields(qt) if _is_torch(x) else qt
 
 
+def pack(qt: QuantizedTensor) -> QuantizedTensor:
+    """``qt`` with its 4-bit codes stored as kernels and hardware store them: two per byte along the last axis,
+    element 2i in the low nibble, 2i+1 in the high one (``packed_codes`` [..., n/2] uint8 on the codes' device;
+    ``codes`` None). A tensor already packed is returned as it is; ``unpack`` inverts it bit for bit."""
+    import dataclasses
+
+    if not isinstance(qt, QuantizedTensor):
+        raise InputError(f"pack: expected a QuantizedTensor (as fp4lab.quantize returns), got {type(qt).__name__}")
+    if qt.codes is None and qt.packed_codes is not None:
+        return qt
+    if qt.fmt.element.bits > 4:
+        raise InputError(f"pack: format '{qt.fmt.name}' has {qt.fmt.element.bits}-bit codes; only 4-bit codes pack "
+                         "two per byte")
+    if not len(qt.shape) or qt.shape[-1] % 2:
+        raise InputError(f"pack: the last axis must have even length to pack two codes per byte, got shape {qt.shape}")
+    return dataclasses.replace(qt, codes=None, packed_codes=qt.packed())
+
+
+def unpack(qt: QuantizedTensor) -> QuantizedTensor:
+    """``qt`` with one uint8 code per element in ``codes`` (from ``packed_codes``, on their device) and no
+    ``packed_codes``; an unpacked tensor is returned as it is. Raw packed bytes from elsewhere (another library,
+    a file) become a QuantizedTensor with ``fp4lab.interop.from_packed``."""
+    import dataclasses
+
+    from fp4lab.layout import check_packed, unpack_nibbles_reference, unpack_nibbles_torch
+
+    if not isinstance(qt, QuantizedTensor):
+        raise InputError(f"unpack: expected a QuantizedTensor (as fp4lab.quantize returns), got {type(qt).__name__}")
+    if qt.codes is not None or qt.packed_codes is None:
+        return qt
+    p = qt.packed_codes
+    if _is_torch(p):
+        import torch
+
+        if p.dtype != torch.uint8 or p.dim() == 0:
+            raise InputError(f"unpack: packed_codes must be a uint8 tensor with at least one axis, got {p.dtype}, "
+                             f"{p.dim()}-d")
+        codes = unpack_nibbles_torch(p.contiguous())
+    elif isinstance(p, np.ndarray):
+        codes = unpack_nibbles_reference(check_packed(p))
+    else:
+        raise InputError(f"unpack: packed_codes must be a numpy array or torch tensor, got {type(p).__name__}")
+    return dataclasses.replace(qt, codes=codes, packed_codes=None)
+
+
 def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
     """float32 values of ``qt`` (array or tensor, matching the input of ``quantize``).
 
@@ -104,6 +149,8 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
 
     from fp4lab.emulator.quantize import check_quantized, dequantize_emulated, tensor_scale_value
 
+    if isinstance(qt, QuantizedTensor):
+        qt = unpack(qt)  # codes stored packed (fp4lab.pack, quantize_triton(packed=True)) decode alike
     check_quantized(qt)  # the same checks on every backend
     if not isinstance(rotated, (bool, np.bool_)):
         raise InputError(f"dequantize: rotated must be True or False, got {type(rotated).__name__}")
@@ -165,8 +212,9 @@ def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
     CUDA operands: ``exact`` is one Triton kernel decoding tiles in registers, fp32 accumulation in ascending K
     (see ``fp4lab.kernels.gemm``); ``fast`` is Triton dequantize to bf16, then cuBLAS. CPU operands (numpy or CPU
     torch): ``exact`` emulates that kernel bit for bit, ``fast`` is a float32 dequantize + matmul
-    (``fp4lab.cpu_gemm``).
+    (``fp4lab.cpu_gemm``). Operands stored packed (``fp4lab.pack``) are unpacked first.
     """
+    qa, qb = (unpack(q) if isinstance(q, QuantizedTensor) else q for q in (qa, qb))
     if not (_on_cuda(qa) or _on_cuda(qb)):
         from fp4lab.cpu_gemm import gemm_cpu
 

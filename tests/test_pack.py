@@ -86,3 +86,39 @@ def test_unpack_errors(unpack):
         unpack(np.zeros(4, dtype=np.int32))
     with pytest.raises(InputError, match="0-d"):
         unpack(np.uint8(3))
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ufp4", "int4-b32-e8m0"])
+def test_public_pack_unpack_round_trip_and_dequantize(name):
+    import fp4lab
+
+    x = np.random.default_rng(5).standard_normal((8, 64)).astype(np.float32)
+    for q in (fp4lab.quantize(x, name), fp4lab.quantize(torch.from_numpy(x), name, "sr", seed=2)):
+        p = fp4lab.pack(q)
+        codes = q.codes if isinstance(q.codes, np.ndarray) else q.codes.numpy()
+        packed = p.packed_codes if isinstance(p.packed_codes, np.ndarray) else p.packed_codes.numpy()
+        assert p.codes is None and p.shape == q.shape and packed.shape == (8, 32)
+        assert np.array_equal(packed, pack_nibbles_reference(codes))
+        assert fp4lab.pack(p) is p and fp4lab.unpack(q) is q
+        u = fp4lab.unpack(p)
+        got = u.codes if isinstance(u.codes, np.ndarray) else u.codes.numpy()
+        assert got.dtype == np.uint8 and np.array_equal(got, codes)
+        want = np.asarray(fp4lab.dequantize(q)).view(np.uint32)
+        assert np.array_equal(np.asarray(fp4lab.dequantize(p)).view(np.uint32), want)
+    a, b = fp4lab.quantize(x, name), fp4lab.quantize(x[::-1].copy(), name)
+    assert np.array_equal(fp4lab.gemm(fp4lab.pack(a), fp4lab.pack(b)).view(np.uint32),
+                          fp4lab.gemm(a, b).view(np.uint32))
+
+
+def test_public_pack_refuses_what_cannot_pack():
+    import fp4lab
+
+    with pytest.raises(InputError, match="pack: format 'e4m3fnuz-b32-e8m0' has 8-bit codes"):
+        fp4lab.pack(fp4lab.quantize(np.ones((2, 32), np.float32), fp4lab.QuantFormat(
+            name="e4m3fnuz-b32-e8m0", element="e4m3fnuz", block=32, scale="e8m0",
+            scale_rule={"method": "floor"})))
+    with pytest.raises(InputError, match="even length"):
+        fp4lab.pack(fp4lab.quantize(np.ones((2, 3), np.float32), "e2m1"))
+    for fn in (fp4lab.pack, fp4lab.unpack):
+        with pytest.raises(InputError, match="expected a QuantizedTensor"):
+            fn(np.zeros(4, np.uint8))

@@ -156,8 +156,8 @@ def check_quantized(qt: Any, what: str = "dequantize", *, require_tensor_scale: 
         raise InputError(f"{what}: qt.fmt must be a QuantFormat, got {type(fmt).__name__}")
     codes = qt.codes
     if codes is None and qt.packed_codes is not None:
-        raise InputError(f"{what}: the codes are stored packed only (packed_codes, from quantize_triton(packed=True)); "
-                         "unpack them into codes first")
+        raise InputError(f"{what}: the codes are stored packed only (packed_codes); unpack them first "
+                         "(fp4lab.unpack)")
     if not _is_array(codes):
         raise InputError(f"{what}: codes must be a numpy array or torch tensor, got {type(codes).__name__}")
     want = "uint8" if fmt.element.bits <= 8 else "uint16"

@@ -32,18 +32,17 @@ from fp4lab.kernels.tile import decode_elements, f32_of, is_finite, load_f32, pa
 @triton.jit
 def _values(code_e, code_o, S, ts, vals_ptr, R: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
             TC: tl.constexpr, TWO_D: tl.constexpr, APPLY_TS: tl.constexpr, DEC: tl.constexpr, SCALE: tl.constexpr):
-    """fp32 ``value[code] * S`` (``* ts``; ``SCALE.ERR`` bit 1: ``value * (S * ts)``) of both halves [R, C2], in
+    """fp32 ``value[code] * S`` (``* ts``; ``SCALE.TS_FIRST``: ``value * (S * ts)``) of both halves [R, C2], in
     the reference's order of operations."""
-    ERR: tl.constexpr = SCALE.ERR
     ve = decode_elements(code_e, vals_ptr, DEC)
     vo = decode_elements(code_o, vals_ptr, DEC)
     if SCALE.METHOD != 0:
-        if APPLY_TS and (ERR & 2) != 0:
+        if APPLY_TS and SCALE.TS_FIRST:
             S = S * ts
         Sx = _expand(S, TWO_D)
         ve = tl.reshape(_blocks(ve, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
         vo = tl.reshape(_blocks(vo, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
-        if APPLY_TS and (ERR & 2) == 0:
+        if APPLY_TS and not SCALE.TS_FIRST:
             ve = ve * ts
             vo = vo * ts
     return ve, vo

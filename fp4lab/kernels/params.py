@@ -89,7 +89,7 @@ class ScaleCx(NamedTuple):
     blocks take the inf / nan codes; ``EDIV``: elements x / S (else x * (1 / S)); ``DIV_POW2``: that division
     is exact as a product; ``ENCODE``: TransformerEngine's encode arithmetic; ``N_TG``: amax targets (4-over-6
     selection when > 1); ``N_TAB`` / ``L_TAB``: float-table size and bit length, ``N_POS``: positive scale
-    codes; ``ERR``: selection error (bit 0 absolute, bit 1 value * (S * ts)); range edges
+    codes; ``ERR_ABS``: 4-over-6 selection by absolute error (else squared); range edges
     (``range_policy.kernel_constants``): ``TS_LO`` / ``TS_HI``, ``BUMP_LO`` / ``BUMP_HI``, ``S_CRIT``."""
 
     METHOD: int
@@ -118,7 +118,7 @@ class ScaleCx(NamedTuple):
     N_TAB: int
     L_TAB: int
     N_POS: int
-    ERR: int
+    ERR_ABS: bool
     TS_LO: int
     TS_HI: int
     BUMP_LO: int
@@ -181,7 +181,7 @@ def _scale_params_of(fmt: QuantFormat) -> ScaleParams:
         sp.method, sp.exp_mode, sp.even_add, sp.emax, sp.skind, sp.sround, sp.overflow_nan, sp.sbias, sp.snan,
         sp.mantissa_bits, sp.sdiv, sp.two_level, sp.ts_first, sp.min_scale is not None, sp.max_scale is not None,
         sp.strict, sp.smax, sp.zero_code >= 0, sp.nan_prop, sp.ediv, sp.div_pow2, sp.encode, int(sp.targets.size),
-        *_sized(sp.stab), int(sp.scpos.size), sp.err, edges["TS_LO"], edges["TS_HI"], edges["BUMP_LO"],
+        *_sized(sp.stab), int(sp.scpos.size), sp.select_abs, edges["TS_LO"], edges["TS_HI"], edges["BUMP_LO"],
         edges["BUMP_HI"], edges["S_CRIT"])
     return dataclasses.replace(sp, cx=cx)
 
@@ -223,7 +223,7 @@ class ScaleParams:
     sdiv: bool = True
     two_level: bool = False
     ts_first: bool = False  # two-level values as value * (S * ts) (dequantize_order "scale_product_first")
-    err: int = 0  # target selection error: bit 0 absolute (select_by "sae"), bit 1 value * (S * ts)
+    select_abs: bool = False  # 4-over-6 target selection by absolute error (select_by "sae"), else squared
     ts_den: float = 1.0
     min_scale: float | None = None
     max_scale: float | None = None
@@ -271,7 +271,7 @@ def _scale_params(sp: ScalePlan) -> ScaleParams:
     return ScaleParams(
         method=METHOD[sp.choice], skind=SKIND[sp.kind], sround=SROUND[sp.rounding], overflow_nan=sp.overflow_nan,
         sbias=sp.bias, snan=snan, targets=sp.targets, inv_targets=sp.inv_targets, sdiv=sp.divide_ideal,
-        two_level=two_level, ts_first=ts_first, err=int(sp.select_abs) | 2 * int(ts_first),
+        two_level=two_level, ts_first=ts_first, select_abs=bool(sp.select_abs),
         ts_den=float(sp.ts_den), min_scale=None if sp.min_scale is None else float(sp.min_scale),
         max_scale=None if sp.max_scale is None else float(sp.max_scale),
         zero_code=-1 if sp.zero_code is None else sp.zero_code, inf_code=sp.inf_code,

@@ -314,19 +314,18 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
 @triton.jit
 def _sq_error(eb, ob, ce, co, S, ts, vals_ptr, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.constexpr,
               SCALE: tl.constexpr):
-    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2; SCALE.ERR bit 0: |error| instead of
-    its square (select_by "sae"), bit 1: value * (S * ts) (dequantize_order "scale_product_first")."""
-    ERR: tl.constexpr = SCALE.ERR
-    if SCALE.TWO_LEVEL and (ERR & 2) != 0:
+    """Per-block fp32 sum (element order) of (value[code] * S (* ts) - x)^2; SCALE.ERR_ABS: |error| instead of
+    its square (select_by "sae"); SCALE.TS_FIRST: value * (S * ts) (dequantize_order "scale_product_first")."""
+    if SCALE.TS_FIRST:
         S = S * ts
     de = tl.load(vals_ptr + ce) * _expand(S, TWO_D)
     do = tl.load(vals_ptr + co) * _expand(S, TWO_D)
-    if SCALE.TWO_LEVEL and (ERR & 2) == 0:
+    if SCALE.TWO_LEVEL and not SCALE.TS_FIRST:
         de = de * ts
         do = do * ts
     de = de - eb
     do = do - ob
-    if (ERR & 1) != 0:
+    if SCALE.ERR_ABS:
         return _bsum_ordered(tl.abs(de), tl.abs(do), TR, TH, TWO_D)
     return _bsum_ordered(de * de, do * do, TR, TH, TWO_D)
 
