@@ -561,3 +561,20 @@ def test_cache_dir_checks(tmp_path):
     (shared / "c").mkdir(mode=0o700)
     assert "ancestor" in _insecure(shared / "c", uid)
     assert "owned by uid" in _insecure(d, uid + 1)
+
+
+def test_cache_entries_are_keyed_by_every_numba_module():
+    """numba checks only a function's own file; fp4lab's cache subdirectory is a digest of all its numba modules,
+    so editing a helper in another module (nb_encode.py, inlined into nb_quantize.py) cannot reuse stale code."""
+    from pathlib import Path
+
+    import fp4lab
+    from fp4lab.emulator import jit, pack
+
+    root = Path(fp4lab.__file__).parent
+    with_numba = {str(p.relative_to(root)) for p in root.rglob("*.py")
+                  if "import numba" in p.read_text() or "njit" in p.read_text()}
+    assert with_numba == set(jit.NUMBA_SOURCES)
+    if jit.cache_status()[0] is not None:
+        d = next(v for v in vars(pack).values() if type(v).__name__ == "CPUDispatcher")
+        assert jit.sources_digest() in Path(d._cache._cache_path).parts

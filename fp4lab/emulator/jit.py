@@ -13,7 +13,11 @@ the check):
 * a directory that fails the check is not used: caching is off for the process, with one warning line on
   stderr;
 * ``FP4LAB_NUMBA_CACHE=0`` (or ``off``, ``false``, ``no``) turns caching off (every process compiles again:
-  about 10 s for ``fp4lab compare`` on 2 cores).
+  about 10 s for ``fp4lab compare`` on 2 cores);
+* entries live in a subdirectory named by a digest of every fp4lab module that holds numba code
+  (``NUMBA_SOURCES``): numba checks only the timestamp of a function's own file, so a cached kernel would
+  otherwise survive an edit of a helper it inlines from another module (``nb_encode.py`` called from
+  ``nb_quantize.py``). Any edit of those modules compiles afresh.
 
 Only fp4lab's own functions are affected: numba's global configuration is left alone. ``cache_status()`` says
 which directory is used, or why none is.
@@ -21,6 +25,7 @@ which directory is used, or why none is.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
@@ -30,6 +35,18 @@ from typing import Any, Callable
 import numba
 
 _OFF_WORDS = ("0", "off", "false", "no")
+# fp4lab's modules with numba code (njit functions and the helpers they call across modules)
+NUMBA_SOURCES = ("emulator/jit.py", "emulator/nb_tables.py", "emulator/nb_encode.py", "emulator/nb_quantize.py",
+                 "emulator/pack.py", "emulator/philox.py", "emulator/rht.py", "hwspec/mma_kernels.py")
+
+
+def sources_digest() -> str:
+    """16 hex digits of SHA-256 over the numba modules' sources (with numba's version): the cache subdirectory."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(numba.__version__.encode())
+    for rel in NUMBA_SOURCES:
+        h.update(rel.encode() + b"\0" + (root / rel).read_bytes())
+    return h.hexdigest()[:16]
 _MAX_ENTRIES = 20000  # bound of the tree walk of a directory that others can enter
 
 
@@ -114,7 +131,7 @@ def _cache_class() -> Any:
         return _STATE["cls"]
     from numba.core import caching
 
-    root = str(_STATE["dir"])
+    root = os.path.join(str(_STATE["dir"]), sources_digest())
 
     class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
         def __init__(self, py_func: Any, py_file: str):
