@@ -273,3 +273,28 @@ def test_verify_edges_inputs():
     tiny_t, huge_t = make_input("edges", 64, 64, seed=0), make_input("edges", 64, 64, seed=1)
     assert 0 < np.abs(tiny_t).max() < 7.9e-36 and (np.abs(tiny_t[tiny_t != 0]) < 2.0**-126).any()
     assert np.abs(huge_t).max() == FLT_MAX and np.isfinite(huge_t).all()
+
+
+def test_decoded_cap_keeps_the_sign_of_zero():
+    """A table grid whose most negative finite level under a huge scale is 0 (magnitudes {0, 128}, e8m0 ceil, amax
+    FLT_MAX: -128 * 2^121 overflows). A negative value capped there, and a -0.0 input, stay -0 (code 2) with
+    signed_zero "keep", on the reference, the numba emulator and the Triton kernel; before the fix the reference's
+    np.maximum(t, +0.0) made both +0 (code 0), a policy moving a result that was not broken (found 2026-12-01)."""
+    fmt = fp4lab.QuantFormat.model_validate(dict(
+        name="zero-cap", element=dict(kind="table", table_bits=2, magnitudes=[0.0, 128.0]), block=dict(shape=[4]),
+        scale="e8m0", scale_rule=dict(method="ceil"), nan_element="nan", overflow="saturate", signed_zero="keep"))
+    big = np.finfo(np.float32).max
+    x = np.array([[-0.0, -big, -big, -big], [0.0, big, -big, -0.0]], np.float32)
+    lo, hi = decoded_caps(fmt, np.array([2.0 ** 121], np.float32))
+    assert lo[0] == 0 and np.signbit(lo[0]) and hi[0] == 0 and not np.signbit(hi[0])  # -0 below, +0 above
+    for mode in ("rtne", "rtz", "sr"):
+        opts = QuantizeOptions(mode, seed=4)
+        with np.errstate(all="ignore"):
+            ref = rq.quantize_reference(x, fmt, opts)
+            emu = quantize_emulated(x, fmt, opts)
+            tri = quantize_cuda(torch.from_numpy(x), fmt, opts)
+        assert np.asarray(ref.codes)[0].tolist() == [2, 2, 2, 2], mode
+        assert np.asarray(ref.codes)[1, [0, 3]].tolist() == [0, 2], mode  # +0 stays +0, -0 stays -0
+        for other in (emu, tri):
+            assert np.array_equal(np.asarray(other.codes), np.asarray(ref.codes)), mode
+            assert np.array_equal(np.asarray(other.scale_codes), np.asarray(ref.scale_codes)), mode

@@ -245,7 +245,7 @@ def decoded_caps(S, ip, fp):
                 if v <= 0 and v < neg:
                     neg = v
         if math.isinf(fp[base] * S):
-            lo = neg
+            lo = neg if neg < 0 else -np.float32(0.0)  # a capped negative value stays negative (-0)
         if math.isinf(fp[base + n - 1] * S):
             hi = pos
     return lo, hi

@@ -158,15 +158,16 @@ def range_clamp_scale(fmt: QuantFormat) -> np.float32 | None:
 
 
 def decoded_caps(fmt: QuantFormat, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per scale in ``S``: (most negative, most positive) grid level whose ``float32(level * S)`` is finite (0 if
-    none) where the grid's extreme level on that side decodes to +-Inf; -Inf / +Inf (no cap) where it decodes
-    finite or ``S`` is not finite."""
+    """Per scale in ``S``: (most negative, most positive) grid level whose ``float32(level * S)`` is finite (-0.0 /
+    +0.0 if none: a capped value keeps its sign) where the grid's extreme level on that side decodes to +-Inf;
+    -Inf / +Inf (no cap) where it decodes finite or ``S`` is not finite. Only values beyond a cap move."""
     lv = fmt.element.levels.astype(F32)
     S = np.asarray(S, F32)
     with np.errstate(over="ignore", invalid="ignore"):
         fin = _finite_f32(lv * S[..., None])
     pos = np.max(np.where(fin & (lv >= 0), lv, F32(0)), axis=-1).astype(F32)
     neg = np.min(np.where(fin & (lv <= 0), lv, F32(0)), axis=-1).astype(F32)
+    neg = np.where(neg < 0, neg, F32(-0.0)).astype(F32)
     ok = _finite_f32(S)
     return (np.where(ok & ~fin[..., 0], neg, F32(-np.inf)).astype(F32),
             np.where(ok & ~fin[..., -1], pos, F32(np.inf)).astype(F32))

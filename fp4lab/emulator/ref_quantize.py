@@ -137,7 +137,7 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
         t = scale_elements(xb, S, ts, fmt)
         if ts is None or ts == 1:  # elements that would decode to +-Inf take the largest finite level
             lo, hi = (c[..., None] for c in decoded_caps(fmt, S))
-            t = np.minimum(np.maximum(t, lo), hi).astype(F32)  # NaN stays NaN
+            t = np.where(t < lo, lo, np.where(t > hi, hi, t)).astype(F32)  # only t beyond a cap moves; NaN stays
         codes = encode_elements(t, fmt.element, mode, rb, fmt.nan_element, fmt.overflow, fmt.signed_zero)
         candidates.append((codes, scodes, S))
     if len(candidates) == 1:

@@ -253,14 +253,16 @@ def _decoded_caps(S, lvl_ptr, ELEM: tl.constexpr):
         cn = tl.where((un <= N_LVL) & (vn == float("-inf")), un, cn)
     ok = is_finite(S)
     hi = tl.where(ok & (cp < N_LVL), tl.maximum(tl.load(lvl_ptr + tl.maximum(cp - 1, 0)), 0.0), float("inf"))
-    lo = tl.where(ok & (cn > 0), tl.minimum(tl.load(lvl_ptr + tl.minimum(cn, N_LVL - 1)), 0.0), float("-inf"))
+    lv_lo = tl.load(lvl_ptr + tl.minimum(cn, N_LVL - 1))
+    neg_zero = f32_of(tl.full(S.shape, -2147483648, tl.int32))  # -0.0 from its bits (a literal loses its sign)
+    lo = tl.where(ok & (cn > 0), tl.where(lv_lo < 0.0, lv_lo, neg_zero), float("-inf"))  # a capped t stays negative
     return lo, hi
 
 
 @triton.jit
 def _cap(t, lo, hi):
-    """t clamped to [lo, hi], NaN staying NaN (numpy's minimum / maximum)."""
-    return tl.minimum(tl.maximum(t, lo, propagate_nan=tl.PropagateNan.ALL), hi, propagate_nan=tl.PropagateNan.ALL)
+    """t clamped to [lo, hi]: only t < lo or t > hi moves (a zero keeps its sign), NaN stays NaN."""
+    return tl.where(t < lo, lo, tl.where(t > hi, hi, t))
 
 
 @triton.jit
