@@ -31,8 +31,8 @@ class QuantizedTensor:
     ``packed_codes``          ``packed=True``: the kernel's bytes, two codes per byte along the last axis (element
                               2i in the low nibble). The kernel writes no unpacked codes, so ``codes`` is None
                               (never packed bytes in the unpacked field); ``shape`` comes from ``packed_codes`` (last
-                              axis doubled), ``packed()`` returns them, and ``dequantize`` refuses the tensor (the
-                              bytes go to ``dequantize_triton(..., packed=True)``).
+                              axis doubled), ``packed()`` returns them; ``fp4lab.unpack`` gives the codes back,
+                              and ``fp4lab.dequantize`` / ``gemm`` unpack first (``fp4lab.pack`` makes this layout).
     ``scale_codes_swizzled``  ``swizzle=True``: the scale codes in the cuBLAS/CUTLASS 128x4 layout (flat, padded),
                               which ``swizzled_scale_codes()`` returns; ``scale_codes`` stay row-major.
 
