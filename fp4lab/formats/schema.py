@@ -51,7 +51,7 @@ def _cross_field_rules() -> list[dict[str, Any]]:
          "description": "A scaling scale_rule needs a block and a scale; without one there is no block and no "
                         "tensor scale."},
         {"if": method_in(*OCP_METHODS), "then": {"properties": {"scale": pow2}},
-         "description": "Exponent rules (floor, ceil, even) need a pow2 scale (e8m0)."},
+         "description": f"Exponent rules ({', '.join(OCP_METHODS)}) need a pow2 scale (e8m0)."},
         {"if": method_in("even"), "then": {"properties": {"element": float_grid}},
          "description": "Method 'even' rounds amax to the element's mantissa width: it needs a float element grid."},
         {"if": {"required": ["tensor_scale"], "properties": {"tensor_scale": {"const": "amax"}}},
