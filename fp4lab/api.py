@@ -118,25 +118,13 @@ def unpack(qt: QuantizedTensor) -> QuantizedTensor:
     a file) become a QuantizedTensor with ``fp4lab.interop.from_packed``."""
     import dataclasses
 
-    from fp4lab.layout import check_packed, unpack_nibbles_reference, unpack_nibbles_torch
+    from fp4lab.emulator.pack import unpack_codes
 
     if not isinstance(qt, QuantizedTensor):
         raise InputError(f"unpack: expected a QuantizedTensor (as fp4lab.quantize returns), got {type(qt).__name__}")
     if qt.codes is not None or qt.packed_codes is None:
         return qt
-    p = qt.packed_codes
-    if _is_torch(p):
-        import torch
-
-        if p.dtype != torch.uint8 or p.dim() == 0:
-            raise InputError(f"unpack: packed_codes must be a uint8 tensor with at least one axis, got {p.dtype}, "
-                             f"{p.dim()}-d")
-        codes = unpack_nibbles_torch(p.contiguous())
-    elif isinstance(p, np.ndarray):
-        codes = unpack_nibbles_reference(check_packed(p))
-    else:
-        raise InputError(f"unpack: packed_codes must be a numpy array or torch tensor, got {type(p).__name__}")
-    return dataclasses.replace(qt, codes=codes, packed_codes=None)
+    return dataclasses.replace(qt, codes=unpack_codes(qt.packed_codes), packed_codes=None)
 
 
 def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:

@@ -54,4 +54,4 @@ def test_fbits_twins_match_the_reference_encoder(element):
 def test_builtin_float_grids_take_the_bit_arithmetic_path(name):
     fmt = fp4lab.get_format(name)
     for mode in ("rtne", "sr"):
-        assert element_params(fmt, mode).fbits, f"{name} {mode} fell back to threshold tables"
+        assert element_params(fmt, mode).cx.FBITS, f"{name} {mode} fell back to threshold tables"

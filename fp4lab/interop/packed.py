@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fp4lab.emulator.pack import unpack_codes
 from fp4lab.errors import InputError
 from fp4lab.interop.common import assemble, host
 from fp4lab.quantized import QuantizedTensor
@@ -20,26 +21,6 @@ from fp4lab.quantized import QuantizedTensor
 
 def _is_torch(a: Any) -> bool:
     return type(a).__module__.startswith("torch")
-
-
-def unpack_codes(packed: Any) -> Any:
-    """uint8 codes [..., 2n] of packed bytes [..., n] (numpy uint8 -> numpy; torch uint8 or float4_e2m1fn_x2 ->
-    torch on the same device): ``codes[..., 2i] = byte & 15``, ``codes[..., 2i+1] = byte >> 4``."""
-    if _is_torch(packed):
-        import torch
-
-        from fp4lab.layout import unpack_nibbles_torch
-
-        if packed.dtype not in (torch.uint8, torch.float4_e2m1fn_x2):
-            raise InputError(f"unpack_codes: packed must be torch.uint8 or torch.float4_e2m1fn_x2, got {packed.dtype}")
-        if packed.dim() == 0:
-            raise InputError("unpack_codes: packed must have at least one axis, got a 0-d tensor")
-        return unpack_nibbles_torch(packed.contiguous().view(torch.uint8))
-    from fp4lab.emulator.pack import unpack_nibbles
-
-    if not isinstance(packed, np.ndarray):
-        raise InputError(f"unpack_codes: packed must be a numpy array or torch tensor, got {type(packed).__name__}")
-    return unpack_nibbles(packed)
 
 
 _CODE_DTYPES = {1: ("uint8",), 2: ("uint16", "int16"), 4: ("uint32", "int32")}

@@ -108,11 +108,10 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     in_kind = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
     words = in_kind == 1 and K % 2 == 0
     per_call = sr_elements_per_call(sr_bits)
-    uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
     divides = sp.ediv and not (sp.div_pow2 or sp.encode)
 
     def qdiv(rht_n: int) -> bool:
-        return (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
+        return (in_kind == 0 or rht_n > 0) and ep.one_spacing and mode == "rtne"
 
     lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not divides)
     consts = dict(

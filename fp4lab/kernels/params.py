@@ -158,11 +158,14 @@ class ElementParams:
     ovf_nan: int
     inf_pos: int
     inf_neg: int
-    fbits: bool = False  # bit-arithmetic encode (rtne, sr) of a float grid, see fbits_det / fbits_sr
-    fb_m: int = 0  # mantissa bits
-    fb_emin: int = 0  # exponent of the smallest normal (1 - bias)
-    fb_cmax: int = 0  # largest magnitude code
-    cx: ElementCx | None = None  # the constexpr record of all the above
+    cx: ElementCx | None = None  # the constexpr record (also: FBITS, the bit-arithmetic encoders of ExMy grids)
+
+    @property
+    def one_spacing(self) -> bool:
+        """A uniform ExMy grid (one spacing: E1My) encoded by bit arithmetic, where the kernels may multiply by
+        the reciprocal scale and divide exactly only near rounding boundaries (``quantize._encode_blocks``)."""
+        cx = self.cx
+        return cx.FBITS and ((cx.FB_CMAX + 1) >> cx.FB_M) == 2
 
 
 def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
@@ -200,8 +203,7 @@ def _element_params(ep: ElementPlan) -> ElementParams:
         path=PATH[ep.encoder], thr=ep.table_thr, ctab=ep.table_codes, half=ep.half, sign_or=ep.sign_or,
         levels=ep.levels, ctab_signed=ep.codes, values=ep.values, inv_gaps=ep.inv_gaps, pow2_gaps=ep.pow2_gaps,
         nan_code=ep.nan_code, overflow=OVF[ep.overflow], overflow_thr=float(ep.overflow_thr),
-        ovf_nan=ep.grid_nan_code or 0, inf_pos=inf[0], inf_neg=inf[1],
-        fbits=ep.float_bits is not None, fb_m=fb[0], fb_emin=fb[1], fb_cmax=fb[2], cx=cx)
+        ovf_nan=ep.grid_nan_code or 0, inf_pos=inf[0], inf_neg=inf[1], cx=cx)
 
 
 @dataclass(frozen=True, eq=False)

@@ -122,8 +122,7 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
 
     # the per-tile lean branch (see _tile_is_plain) pays off unless it would still divide every element: a second
     # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
-    uniform = ep.fbits and ((ep.fb_cmax + 1) >> ep.fb_m) == 2
-    qdiv = (in_kind == 0 or rht_n > 0) and uniform and mode == "rtne"
+    qdiv = (in_kind == 0 or rht_n > 0) and ep.one_spacing and mode == "rtne"
     divides = sp.ediv and not (sp.div_pow2 or sp.encode)  # x / S element by element (see _scale_elements)
     lean_ok = sp.targets.size == 1 and (qdiv or not divides)
     if mv.M * mv.K:
