@@ -118,7 +118,7 @@ def unpack(qt: QuantizedTensor) -> QuantizedTensor:
     a file) become a QuantizedTensor with ``fp4lab.interop.from_packed``."""
     import dataclasses
 
-    from fp4lab.emulator.pack import unpack_codes
+    from fp4lab.layout import unpack_codes
 
     if not isinstance(qt, QuantizedTensor):
         raise InputError(f"unpack: expected a QuantizedTensor (as fp4lab.quantize returns), got {type(qt).__name__}")

@@ -4,7 +4,8 @@
   element 2i+1 in the high nibble (bits 4-7): the layout of ``tl.dot_scaled`` e2m1 operands, torchao's
   ``pack_uint4`` and torch's ``float4_e2m1fn_x2``. ``pack_nibbles_reference`` / ``unpack_nibbles_reference`` are
   the numpy definitions (``fp4lab.emulator.pack`` holds their numba twins), ``*_torch`` the same on torch tensors
-  of any device.
+  of any device; ``unpack_codes`` takes either (and torch's ``float4_e2m1fn_x2``), for ``fp4lab.unpack`` and
+  ``fp4lab.interop``.
 * The cuBLAS / CUTLASS "128x4" block-scale layout for interop with block-scaled GEMM libraries. A row-major scale
   matrix ``[R, C]`` (one scale per 1xk block of an ``[R, C*k]`` operand) is zero-padded to
   ``[ceil(R/128)*128, ceil(C/4)*4]`` and cut into 128x4 tiles, stored tile after tile in row-major tile order.
@@ -133,3 +134,23 @@ def unswizzle_scales(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
         raise InputError(f"unswizzle_scales: expected {n_rb * n_cb * 512} entries for [{rows}, {cols}] scales, "
                          f"got {flat.size}")
     return flat[off[:rows, :cols]]
+
+
+def _is_torch_tensor(a: Any) -> bool:
+    return type(a).__module__.startswith("torch")
+
+
+def unpack_codes(packed: Any) -> Any:
+    """uint8 codes [..., 2n] of packed bytes [..., n] (numpy uint8 -> numpy; torch uint8 or float4_e2m1fn_x2 ->
+    torch on the same device): ``codes[..., 2i] = byte & 15``, ``codes[..., 2i+1] = byte >> 4``."""
+    if _is_torch_tensor(packed):
+        import torch
+
+        if packed.dtype not in (torch.uint8, torch.float4_e2m1fn_x2):
+            raise InputError(f"unpack_codes: packed must be torch.uint8 or torch.float4_e2m1fn_x2, got {packed.dtype}")
+        if packed.dim() == 0:
+            raise InputError("unpack_codes: packed must have at least one axis, got a 0-d tensor")
+        return unpack_nibbles_torch(packed.contiguous().view(torch.uint8))
+    if not isinstance(packed, np.ndarray):
+        raise InputError(f"unpack_codes: packed must be a numpy array or torch tensor, got {type(packed).__name__}")
+    return unpack_nibbles_reference(packed)

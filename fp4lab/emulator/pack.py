@@ -5,12 +5,9 @@ errors of ``fp4lab.layout.pack_nibbles_reference`` / ``unpack_nibbles_reference`
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fp4lab.emulator.jit import njit
-from fp4lab.errors import InputError
 from fp4lab.layout import check_codes, check_packed, range_error
 
 
@@ -58,25 +55,3 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
     out = np.empty(2 * p.size, dtype=np.uint8)
     _unpack_flat(np.ascontiguousarray(p).reshape(-1), out)
     return out.reshape((*p.shape[:-1], 2 * p.shape[-1]))
-
-
-def _is_torch(a: Any) -> bool:
-    return type(a).__module__.startswith("torch")
-
-
-def unpack_codes(packed: Any) -> Any:
-    """uint8 codes [..., 2n] of packed bytes [..., n] (numpy uint8 -> numpy; torch uint8 or float4_e2m1fn_x2 ->
-    torch on the same device): ``codes[..., 2i] = byte & 15``, ``codes[..., 2i+1] = byte >> 4``."""
-    if _is_torch(packed):
-        import torch
-
-        from fp4lab.layout import unpack_nibbles_torch
-
-        if packed.dtype not in (torch.uint8, torch.float4_e2m1fn_x2):
-            raise InputError(f"unpack_codes: packed must be torch.uint8 or torch.float4_e2m1fn_x2, got {packed.dtype}")
-        if packed.dim() == 0:
-            raise InputError("unpack_codes: packed must have at least one axis, got a 0-d tensor")
-        return unpack_nibbles_torch(packed.contiguous().view(torch.uint8))
-    if not isinstance(packed, np.ndarray):
-        raise InputError(f"unpack_codes: packed must be a numpy array or torch tensor, got {type(packed).__name__}")
-    return unpack_nibbles(packed)

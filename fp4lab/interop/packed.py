@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.emulator.pack import unpack_codes
 from fp4lab.errors import InputError
 from fp4lab.interop.common import assemble, host
+from fp4lab.layout import unpack_codes
 from fp4lab.quantized import QuantizedTensor
 
 
