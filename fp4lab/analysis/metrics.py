@@ -31,6 +31,7 @@ from fp4lab.errors import InputError
 
 EPS = 1e-12
 CLIP_RTOL = 2.0**-20
+_CHUNK = 1 << 22  # elements per float64 chunk of the on-device sums (32 MiB per copy)
 
 
 def _np(a: Any) -> np.ndarray:
@@ -56,12 +57,15 @@ def _sums(x: Any, xhat: Any) -> tuple[float, float, float]:
 
         if tuple(x.shape) != tuple(xhat.shape):
             raise InputError(f"metrics: shapes differ: reference {tuple(x.shape)}, quantized {tuple(xhat.shape)}")
-        a, b = x.detach().reshape(-1).double(), xhat.detach().reshape(-1).double()
-        keep = torch.isfinite(a)
-        if not bool(keep.all()):
-            a, b = a[keep], b[keep]
-        d = b - a
-        return tuple(float(v) for v in torch.stack([a @ a, b @ a, d @ d]).tolist())  # type: ignore[return-value]
+        a, b = x.detach().reshape(-1), xhat.detach().reshape(-1)
+        sums = torch.zeros(3, dtype=torch.float64, device=a.device)
+        for i in range(0, a.numel(), _CHUNK):  # float64 copies of one chunk at a time: bounded extra memory
+            ac, bc = a[i:i + _CHUNK].double(), b[i:i + _CHUNK].double()
+            keep = torch.isfinite(ac)
+            ac, bc = torch.where(keep, ac, 0.0), torch.where(keep, bc, 0.0)
+            d = bc - ac
+            sums += torch.stack([ac @ ac, bc @ ac, d @ d])
+        return tuple(float(v) for v in sums.tolist())  # type: ignore[return-value]
     a, b = _pair(x, xhat)
     return float(np.dot(a, a)), float(np.dot(b, a)), float(np.dot(b - a, b - a))
 
