@@ -6,6 +6,7 @@
     python examples/pretrain.py study study/plan.toml --max-minutes 25      # run what is missing, then stop
     python examples/pretrain.py study study/plan.toml --status              # what is done / partial / missing
     python examples/pretrain.py summarize study/runs --dest docs/results    # CSV, JSON, markdown and PNG plots
+    python examples/pretrain.py captures runs/m/captures/step_0001000      # RHT-induced SQNR change (Fig. 12)
     torchrun --nproc_per_node 2 examples/pretrain.py train --size middle --recipe ufp4 --out runs/m --ddp  # or --fsdp
 
 Every command is resumable: a run folder with a checkpoint continues where it stopped. docs/study.md explains
@@ -179,6 +180,17 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_captures(args: argparse.Namespace) -> int:
+    from fp4lab.study import captures
+
+    rows = captures.rht_effects(args.folder, formats=args.formats, rht=args.rht, rht_seed=args.rht_seed)
+    paths = captures.write(rows, args.dest or args.folder, title=args.title or str(args.folder),
+                           plot=not args.no_plots)
+    print(paths[1].read_text(), end="")
+    print(f"{len({r['layer'] for r in rows})} layers; files: {', '.join(str(p) for p in paths)}")
+    return 0
+
+
 def _parallel_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ddp", dest="parallel", action="store_const", const="ddp", default=None,
@@ -254,6 +266,20 @@ def parser() -> argparse.ArgumentParser:
                    help="paired difference A − B per seed (repeatable; default ufp4:e2m1-ref)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser("captures", help="RHT-induced SQNR change of captured operands and GEMM outputs (Fig. 12)",
+                       description="For each layer of a capture folder and each format: SQNR of X, W, dY and of the "
+                       "three GEMM outputs without and with a 16-point RHT along the reduction dimension (RTNE); "
+                       "rht_effects.csv, rht_effects.md (family means) and rht_effects.png (heatmaps).")
+    p.add_argument("folder", help="capture folder (<run>/captures/step_<step>)")
+    p.add_argument("--dest", help="output folder (default: the capture folder)")
+    p.add_argument("--formats", type=_strs, default=("e2m1-b16-fp32", "ufp4"),
+                   help="format names or spec files (default e2m1-b16-fp32,ufp4: the paper's two grids)")
+    p.add_argument("--rht", type=int, default=16, help="RHT size (default 16)")
+    p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
+    p.add_argument("--title", help="title of the report and plot (default: the folder)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG heatmap")
+    p.set_defaults(func=cmd_captures)
     return ap
 
 

@@ -456,7 +456,8 @@ RUNTIME_FIELDS = {"out", "progress", "device", "deterministic"}
 
 
 @pytest.mark.parametrize("plan, runs", [("plan_h200_small.toml", "h200-small/runs"),
-                                        ("plan_h200_middle.toml", "h200-middle/runs")])
+                                        ("plan_h200_middle.toml", "h200-middle/runs"),
+                                        ("plan_h200_large.toml", "h200-large/runs")])
 def test_published_runs_are_those_of_their_plan(plan, runs):
     """Every run of a published plan is in docs/results, finished, with the plan's settings, and nothing else is."""
     planned = driver.load_plan(RESULTS / plan, out=RESULTS / runs)

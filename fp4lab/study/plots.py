@@ -6,6 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fp4lab.errors import InputError
 
 
@@ -87,4 +89,29 @@ def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rht_heatmap(means: dict[tuple[str, str, str], tuple[float, int]], formats: list[str], families: list[str],
+                quantities: tuple[str, ...], path: Path, title: str = "") -> None:
+    """One panel per format: mean RHT-induced SQNR change (dB) per layer family (rows) and tensor or GEMM output
+    (columns) on one symmetric colour scale, each cell annotated; red = the rotation hurt, blue = it helped."""
+    plt = _pyplot()
+    grids = [np.array([[means.get((f, fam, q), (np.nan, 0))[0] for q in quantities] for fam in families])
+             for f in formats]
+    lim = max(float(np.nanmax(np.abs(g))) for g in grids) or 1.0
+    fig, axes = plt.subplots(1, len(formats), figsize=(4.2 * len(formats) + 1, 0.5 * len(families) + 1.8),
+                             squeeze=False)
+    for ax, name, g in zip(axes[0], formats, grids):
+        im = ax.imshow(g, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+        ax.set_xticks(range(len(quantities)), quantities, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(families)), families if ax is axes[0][0] else [], fontsize=8)
+        for (i, j), v in np.ndenumerate(g):
+            if v == v:
+                ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7)
+        ax.set_title(name, fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), label="ΔSQNR, RHT-16 vs none (dB)")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
