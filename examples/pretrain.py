@@ -185,7 +185,7 @@ def cmd_captures(args: argparse.Namespace) -> int:
 
     rows = captures.rht_effects(args.folder, formats=args.formats, rht=args.rht, rht_seed=args.rht_seed)
     paths = captures.write(rows, args.dest or args.folder, title=args.title or str(args.folder),
-                           plot=not args.no_plots)
+                           plot=not args.no_plots, rht=args.rht)
     print(paths[1].read_text(), end="")
     print(f"{len({r['layer'] for r in rows})} layers; files: {', '.join(str(p) for p in paths)}")
     return 0

@@ -106,9 +106,11 @@ def family_means(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], tuple
     return {k: (float(np.mean(v)), len(v)) for k, v in acc.items()}
 
 
-def write(rows: list[dict[str, Any]], dest: str | Path, title: str = "", plot: bool = True) -> list[Path]:
+def write(rows: list[dict[str, Any]], dest: str | Path, title: str = "", plot: bool = True,
+          rht: int = 16) -> list[Path]:
     """``rht_effects.csv`` (every row), ``rht_effects.md`` (family means per format) and, with ``plot``,
-    ``rht_effects.png`` (one heatmap per format, as the paper's Fig. 12) into ``dest``; returns the paths."""
+    ``rht_effects.png`` (one heatmap per format, as the paper's Fig. 12) into ``dest``; returns the paths.
+    ``rht``: the RHT size the rows were computed with (for the labels)."""
     out = Path(dest)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +127,7 @@ def write(rows: list[dict[str, Any]], dest: str | Path, title: str = "", plot: b
     families = sorted(dict.fromkeys(r["family"] for r in rows), key=lambda f: (order.index(f) if f in order
                                                                                  else len(order), f))
     lines = [f"# {title}" if title else "# RHT-induced SQNR change", "",
-             "Mean over layers of `delta_sqnr_db = SQNR(RHT-16) - SQNR(no RHT)` in dB, RTNE, blocks along the "
+             f"Mean over layers of `delta_sqnr_db = SQNR(RHT-{rht}) - SQNR(no RHT)` in dB, RTNE, blocks along the "
              "reduction dimension (positive: the rotation helped).", ""]
     for name in formats:
         lines += [f"## {name}", "", "| family | layers | " + " | ".join(QUANTITIES) + " |",
@@ -140,5 +142,5 @@ def write(rows: list[dict[str, Any]], dest: str | Path, title: str = "", plot: b
         from fp4lab.study.plots import rht_heatmap
 
         paths.append(out / "rht_effects.png")
-        rht_heatmap(means, formats, families, QUANTITIES, paths[2], title)
+        rht_heatmap(means, formats, families, QUANTITIES, paths[2], title, rht)
     return paths

@@ -93,7 +93,7 @@ def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def rht_heatmap(means: dict[tuple[str, str, str], tuple[float, int]], formats: list[str], families: list[str],
-                quantities: tuple[str, ...], path: Path, title: str = "") -> None:
+                quantities: tuple[str, ...], path: Path, title: str = "", rht: int = 16) -> None:
     """One panel per format: mean RHT-induced SQNR change (dB) per layer family (rows) and tensor or GEMM output
     (columns) on one symmetric colour scale, each cell annotated; red = the rotation hurt, blue = it helped."""
     plt = _pyplot()
@@ -110,7 +110,7 @@ def rht_heatmap(means: dict[tuple[str, str, str], tuple[float, int]], formats: l
             if v == v:
                 ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7)
         ax.set_title(name, fontsize=9)
-    fig.colorbar(im, ax=axes[0].tolist(), label="ΔSQNR, RHT-16 vs none (dB)")
+    fig.colorbar(im, ax=axes[0].tolist(), label=f"ΔSQNR, RHT-{rht} vs none (dB)")
     if title:
         fig.suptitle(title, fontsize=9)
     fig.savefig(path, dpi=120, bbox_inches="tight")
