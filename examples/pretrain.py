@@ -165,8 +165,10 @@ def cmd_study(args: argparse.Namespace) -> int:
     rows = statuses(runs)
     _table(rows)
     left = sum(1 for _, s, _ in rows if s != "done")
-    print(f"{len(rows) - left} of {len(rows)} runs done" + (f"; {left} to go" if left else ""))
-    return 0
+    failed = sum(1 for _, s, _ in rows if s == "failed")
+    print(f"{len(rows) - left} of {len(rows)} runs done" + (f"; {left} to go" if left else "")
+          + (f"; {failed} failed (failed.json in their folders; the next study call retries them)" if failed else ""))
+    return 1 if failed else 0
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:

@@ -338,6 +338,52 @@ def test_driver_runs_only_what_is_missing(tmp_path, corpus_dir):
     assert len(s["gaps"]) == 2 and s["notes"] == []
 
 
+def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, corpus_dir, monkeypatch, capsys):
+    """A run that raises (a CUDA out-of-memory error, say) gets failed.json and the "failed" status, the next runs
+    still train, and a later run_plan retries it from its checkpoint; bad input still stops the study."""
+    runs = driver.select(driver.load_plan(_plan(tmp_path, corpus_dir)), seeds=[0])
+    real = driver.train
+
+    def flaky(cfg, **kw):
+        if "ufp4" in cfg.out:
+            real(cfg, stop_at=2, **kw)  # a checkpoint at step 2, then the crash
+            raise RuntimeError("CUDA out of memory. Tried to allocate 256.00 MiB\nmore detail")
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(driver, "train", flaky)
+    said: list[str] = []
+    runs = list(reversed(runs))  # the failing run first: the other one must still train
+    out = driver.run_plan(runs, progress=False, say=said.append)
+    assert [(r.label, st) for r, st in out] == [("tiny/ufp4/seed0", "failed"), ("tiny/bf16/seed0", "done")]
+    record = json.loads(Path(runs[0].cfg.out, driver.FAILED).read_text())
+    assert record["error"] == "RuntimeError" and record["message"] == "CUDA out of memory. Tried to allocate 256.00 MiB"
+    assert "flaky" in record["traceback"]
+    assert said[1].startswith("[1/2] tiny/ufp4/seed0: failed (RuntimeError); details in ")
+    assert [(r.label, st, n) for r, st, n in driver.statuses(runs)] == [("tiny/ufp4/seed0", "failed", 2),
+                                                                        ("tiny/bf16/seed0", "done", 4)]
+    monkeypatch.setattr(driver, "train", real)
+    said.clear()
+    assert [st for _, st in driver.run_plan(runs, progress=False, say=said.append)] == ["done", "done"]
+    assert said == ["[1/2] tiny/ufp4/seed0: resume"]
+    assert not Path(runs[0].cfg.out, driver.FAILED).exists()
+
+    def crash(cfg, **kw):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(driver, "train", crash)  # the study command reports the failure in its exit status
+    plan = str(tmp_path / "plan.toml")
+    assert _cli(monkeypatch, "study", plan, "--seeds", "1", "--recipes", "bf16", "--no-progress") == 1
+    assert "1 failed (failed.json in their folders" in capsys.readouterr().out
+
+    def bad_input(cfg, **kw):
+        raise InputError("train: something the user must fix")
+
+    monkeypatch.setattr(driver, "train", bad_input)
+    with pytest.raises(InputError, match="must fix"):
+        driver.run_plan(driver.select(driver.load_plan(_plan(tmp_path, corpus_dir)), seeds=[1]), progress=False,
+                        say=lambda text: None)
+
+
 def test_plan_errors(tmp_path, corpus_dir):
     bad = tmp_path / "bad.toml"
     bad.write_text('[[runs]]\nsizes = ["tiny"]\nrecipes = ["nope"]\nseeds = [0]\n')

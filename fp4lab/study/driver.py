@@ -17,18 +17,28 @@ runs, resumes partial ones from their checkpoints, starts missing ones, and stop
 when ``max_minutes`` have passed; ``shard = (i, n)`` takes runs i, i + n, i + 2n, ... of the ordered list, one
 process per GPU. Under torchrun (runs with ``parallel = "ddp"`` or ``"fsdp"``) every rank walks the same list and
 the ranks agree on the deadline, so each run is trained by all ranks together.
+
+A single-process run that fails (a CUDA out-of-memory error, say) does not stop the others: its error goes to
+``<run>/failed.json`` (``FAILED``), its status reads "failed" until a later ``run_plan`` retries it (resuming from
+its last checkpoint), and the driver moves on. Bad input (an ``Fp4labError``), an interrupt, and any failure under
+torchrun, where the ranks must stay in step, still stop the study.
 """
 
 from __future__ import annotations
 
+import datetime
+import gc
 import json
 import time
 import tomllib
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from fp4lab.errors import InputError
+import torch
+
+from fp4lab.errors import Fp4labError, InputError
 from fp4lab.recipes import BUILTIN_RECIPES, get_recipe
 from fp4lab.study.data import Corpus, load_corpus
 from fp4lab.study.distributed import any_rank
@@ -36,6 +46,7 @@ from fp4lab.study.train import TrainConfig, run_status, train
 
 PLAN_KEYS = frozenset({"out", "train", "sizes", "runs"})
 GROUP_KEYS = frozenset({"sizes", "recipes", "seeds", "train"})
+FAILED = "failed.json"  # a run's last failure: error type, first message line, traceback, UTC time
 
 
 @dataclass(frozen=True)
@@ -126,32 +137,71 @@ def select(runs: list[Run], sizes: list[str] | None = None, recipes: list[str] |
     return picked[i::n]
 
 
+def status_of(out: str | Path) -> str:
+    """``train.run_status``, or "failed" while the run's last attempt failed (``FAILED``) and it is not done."""
+    status = run_status(out)
+    return "failed" if status != "done" and Path(out, FAILED).is_file() else status
+
+
 def statuses(runs: list[Run]) -> list[tuple[Run, str, int]]:
-    """(run, "done" | "partial" | "missing", logged steps) of each run."""
+    """(run, "done" | "partial" | "missing" | "failed", logged steps) of each run."""
     out = []
     for r in runs:
         path = Path(r.cfg.out, "metrics.json")
         rows = json.loads(path.read_text())["rows"] if path.is_file() else []
-        out.append((r, run_status(r.cfg.out), int(rows[-1]["step"]) if rows else 0))
+        out.append((r, status_of(r.cfg.out), int(rows[-1]["step"]) if rows else 0))
     return out
+
+
+def _record_failure(out: str | Path, exc: BaseException) -> Path:
+    """Write ``FAILED`` for ``exc`` into the run folder; returns its path."""
+    path = Path(out, FAILED)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = str(exc).strip().splitlines()
+    path.write_text(json.dumps({"error": type(exc).__name__, "message": text[0][:500] if text else "",
+                                "traceback": "".join(traceback.format_exception(exc)),
+                                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+                               indent=1) + "\n")
+    return path
+
+
+def _release_memory() -> None:
+    """Free what a failed run left behind (its tensors die with the exception) before the next run starts."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_plan(runs: list[Run], max_minutes: float | None = None, progress: bool = True,
              say: Callable[[str], None] = print) -> list[tuple[Run, str]]:
-    """Run every unfinished run of ``runs`` in order until done or out of time; returns (run, status) after."""
+    """Run every unfinished run of ``runs`` in order until done or out of time; returns (run, status) after
+    ("done", "partial", "missing" or "failed")."""
     deadline = None if max_minutes is None else time.monotonic() + 60.0 * max_minutes
     corpora: dict[tuple, Corpus] = {}
     result = []
     for k, run in enumerate(runs):
-        status = run_status(run.cfg.out)
+        status = status_of(run.cfg.out)
         late = any_rank(deadline is not None and time.monotonic() >= deadline)  # the ranks of torchrun agree
         if status != "done" and not late:
             key = (run.cfg.corpus, run.cfg.corpus_glob, run.cfg.heldout_every)
             if key not in corpora:
                 corpora[key] = load_corpus(*key)
             cfg = replace(run.cfg, progress=progress)
-            say(f"[{k + 1}/{len(runs)}] {run.label}: {'resume' if status == 'partial' else 'start'}")
-            status = train(cfg, deadline=deadline, corpus=corpora[key]).status
-            status = "done" if status == "done" else "partial"
+            resume = run_status(run.cfg.out) == "partial"
+            say(f"[{k + 1}/{len(runs)}] {run.label}: {'resume' if resume else 'start'}")
+            Path(run.cfg.out, FAILED).unlink(missing_ok=True)
+            try:
+                status = train(cfg, deadline=deadline, corpus=corpora[key]).status
+                status = "done" if status == "done" else "partial"
+            except (Fp4labError, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                if run.cfg.parallel != "none":
+                    raise
+                path = _record_failure(run.cfg.out, exc)
+                say(f"[{k + 1}/{len(runs)}] {run.label}: failed ({type(exc).__name__}); details in {path}")
+                status = "failed"
+            if status == "failed":
+                _release_memory()
         result.append((run, status))
     return result
