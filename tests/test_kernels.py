@@ -103,6 +103,48 @@ def test_division_by_reciprocal_falls_back_near_boundaries(name):
         assert_same(quantize_cuda(xt, fmt, opts), quantize_reference(xf, fmt, opts))
 
 
+def _near_scale_ties(ts: np.float32, rng, rows: int) -> np.ndarray:
+    """[rows, 16 * n] float32 blocks of 16 whose amax / 6 / ts lies on and 1-4 ulps around each tie of the E4M3
+    scale grid (normal and subnormal), both signs, plus one element setting the tensor amax to 2688 * ts."""
+    ties = [(8 + m + 0.5) * 2.0 ** (e - 3) for e in range(-6, 9) for m in range(8)] + \
+           [(m + 0.5) * 2.0 ** -9 for m in range(7)]
+    amax = np.array([t * 6.0 * float(ts) for t in ties if t < 448.0], np.float32)
+    shifted = [amax]
+    for k in range(1, 5):
+        shifted.append(np.nextafter(shifted[-1], np.float32(np.inf)).astype(np.float32))
+    down = [amax]
+    for k in range(1, 5):
+        down.append(np.nextafter(down[-1], np.float32(0)).astype(np.float32))
+    a = np.concatenate(shifted + down[1:])
+    a = np.resize(rng.permutation(a), rows * (a.size // rows + 1))
+    blocks = rng.uniform(-0.9, 0.9, (a.size, 16)).astype(np.float32) * a[:, None]
+    blocks[:, 0] = a * np.where(rng.random(a.size) < 0.5, -1, 1).astype(np.float32)
+    x = blocks.reshape(rows, -1)
+    x[0, 1] = np.float32(2688.0) * ts
+    return x
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "ufp4-e4m3"])
+def test_scale_division_by_reciprocal_falls_back_near_ties(name):
+    """Two-level E4M3 block scales fl(fl(amax / 6) / ts) are computed as amax * fl(1/6) * fl(1/ts), and a tile
+    divides exactly only when some block's scale lies within a few ulps of an E4M3 rounding tie. Blocks placed
+    on and around every tie take that fallback, along K (quantize) and along M (fake-quant), and must match the
+    reference; smooth random data does not need it."""
+    from fp4lab.emulator.fakequant import fake_quantize_reference
+    from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+
+    fmt = fp4lab.get_format(name)
+    rng = np.random.default_rng(9)
+    for ts in (np.float32(1.0), np.float32(0.0137)):
+        x = _near_scale_ties(ts, rng, 16)
+        opts = QuantizeOptions("rtne")
+        assert_same(quantize_cuda(torch.from_numpy(x), fmt, opts), quantize_reference(x, fmt, opts))
+        xm = np.ascontiguousarray(x.T[: x.shape[1] // 16 * 16])
+        ym = fake_quantize_triton(torch.from_numpy(xm), fmt, "rtne", along_m=Blocking(None, 0, 0))[1]
+        want, _ = fake_quantize_reference(xm, fmt, "rtne", 0, 0, None, 0, 24, "bf16", True)
+        assert np.array_equal(ym.float().numpy().view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("mode", ["rtna", "rtnz", "rtz"])
 def test_other_rounding_modes(mode):
     for name in ("nvfp4", "int4-b32-e8m0", "nf4-b64-fp32"):
