@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp4lab.analysis import gemm, metrics
+import fp4lab
+from fp4lab.analysis import gemm
 from fp4lab.errors import Fp4labError, InputError
 from fp4lab.study import captures
 
@@ -49,8 +50,12 @@ def test_rows_match_the_analysis_functions(folder, rows):
     for name in FORMATS:
         r = by[("blocks.0.mlp.down", name, "fwd_x")]
         assert r["family"] == "linear_fc2"
-        assert r["sqnr_i_db"] == pytest.approx(metrics.evaluate(x, name, axis=1)[0].sqnr_db, abs=1e-9)
-        assert r["sqnr_h_db"] == pytest.approx(metrics.evaluate(x, name, rht=16, axis=1)[0].sqnr_db, abs=1e-9)
+        for got, rht in ((r["sqnr_i_db"], None), (r["sqnr_h_db"], 16)):  # SQNR of Q(T) against T in Q's basis
+            qt = fp4lab.quantize(x, name, axis=1, rht=rht)
+            ref = x if rht is None else fp4lab.rht(x, size=rht, axis=1)
+            err = np.asarray(fp4lab.dequantize(qt, rotated=True), np.float64) - np.asarray(ref, np.float64)
+            assert got == pytest.approx(10 * np.log10(np.sum(np.square(ref, dtype=np.float64)) / np.sum(err * err)),
+                                        rel=1e-12)
         assert r["delta_sqnr_db"] == r["sqnr_h_db"] - r["sqnr_i_db"]
         g = by[("blocks.0.mlp.down", name, "bwd_dx")]
         assert g["sqnr_h_db"] == gemm.gemm_sqnr(x, w, dy, name, "dgrad", 16)["sqnr_db"]

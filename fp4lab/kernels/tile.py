@@ -341,6 +341,12 @@ def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.cons
     """Code of finite 0 <= c <= max of an unsigned ExMy scale format with subnormals, rounded 0 rtne (ties to the
     even code) / 1 ceil / 2 floor (``float_scale_parts``: the remainder decides)."""
     down, r, half = float_scale_parts(c, MB, SBIAS)
+    return round_scale_parts(down, r, half, SROUND)
+
+
+@triton.jit
+def round_scale_parts(down, r, half, SROUND: tl.constexpr):
+    """The code from ``float_scale_parts``: 0 rtne (ties to the even code) / 1 ceil / 2 floor."""
     if SROUND == 0:
         up = (r > half) | ((r == half) & ((down & 1) != 0))
     elif SROUND == 1:
@@ -389,17 +395,25 @@ def _float_scale_codes_quick(amax, inv_target, ts, target, SCALE: tl.constexpr):
         iq = iq * tl.div_rn(ts * 0.0 + 1.0, ts)  # a scalar: once per call
     c = tl.where(iq > SMAXV, SMAXV, tl.where(iq > 0.0, iq, 0.0))
     down, r, half = float_scale_parts(c, SCALE.MB, SCALE.BIAS)
-    code = down + ((r > half) | ((r == half) & ((down & 1) != 0))).to(tl.int32)
+    code = round_scale_parts(down, r, half, 0)
     if tl.max((tl.abs(r - half) <= QUICK_TOL).to(tl.int32)) > 0:
-        if SCALE.DIV:
-            ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
-        else:
-            ideal = amax * inv_target
-        if SCALE.TWO_LEVEL:
-            ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
-        c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
-        code = encode_float_scale(c, SCALE.MB, SCALE.BIAS, 0)
+        ideal = _divided_ideal(amax, target, inv_target, ts, SCALE)
+        code = encode_float_scale(tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0)), SCALE.MB,
+                                  SCALE.BIAS, 0)
     return tl.where(iq != iq, SCALE.NAN, code)
+
+
+@triton.jit
+def _divided_ideal(amax, target, inv_target, ts, SCALE: tl.constexpr):
+    """The reference's ideal scale before clamps: amax / target (DIV) or amax * fl(1/target), then / ts
+    (TWO_LEVEL), each division correctly rounded."""
+    if SCALE.DIV:
+        ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
+    else:
+        ideal = amax * inv_target
+    if SCALE.TWO_LEVEL:
+        ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
+    return ideal
 
 
 @triton.jit
@@ -426,12 +440,7 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
         if SCALE.ENCODE:
             ideal = tl.minimum(amax * (g * inv_target), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
-            if SCALE.DIV:
-                ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
-            else:
-                ideal = amax * inv_target
-            if SCALE.TWO_LEVEL:
-                ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
+            ideal = _divided_ideal(amax, target, inv_target, ts, SCALE)
         if SCALE.HAS_MIN:
             ideal = tl.where(ideal < min_s, min_s, ideal)
         if SCALE.HAS_MAX:

@@ -66,19 +66,14 @@ def load_layers(folder: str | Path) -> dict[str, dict[str, np.ndarray]]:
     return layers
 
 
-def _tensor_sqnr(t: np.ndarray, fmt: Any, axis: int, rht: int | None, rht_seed: int) -> float:
-    qt = fp4lab.quantize(t, fmt, axis=axis, rht=rht, rht_seed=rht_seed)
-    ref = t if rht is None else fp4lab.rht(t, size=rht, seed=rht_seed, axis=axis)
-    return metrics.sqnr_db(np.asarray(ref, np.float64), np.asarray(fp4lab.dequantize(qt, rotated=True), np.float64))
-
-
 def layer_rows(layer: str, ops: dict[str, np.ndarray], formats: tuple[str, ...], rht: int = 16,
                rht_seed: int = 0) -> list[dict[str, Any]]:
     """One row (``COLUMNS``) per quantity and format of one layer's captured operands."""
     rows = []
     for name in formats:
         fmt = fp4lab.get_format(name)
-        pairs = {q: (_tensor_sqnr(ops[op], fmt, axis, None, rht_seed), _tensor_sqnr(ops[op], fmt, axis, rht, rht_seed))
+        pairs = {q: tuple(metrics.evaluate(ops[op], fmt, rht=r, rht_seed=rht_seed, axis=axis)[0].sqnr_db
+                          for r in (None, rht))
                  for q, (op, axis) in TENSORS.items()}
         for q, g in GEMM_OUTPUTS.items():
             pairs[q] = tuple(gemm.gemm_sqnr(ops["x"], ops["w"], ops["dy"], fmt, g, r, rht_seed)["sqnr_db"]
