@@ -321,10 +321,10 @@ def pow2_exponent(v, SROUND: tl.constexpr):
 
 
 @triton.jit
-def float_scale_parts(c, MB: tl.constexpr, SBIAS: tl.constexpr):
-    """(code rounded down, remainder, half) of finite 0 <= c <= max for an unsigned ExMy scale format with
-    subnormals, by integer arithmetic on c's bits: target biased exponent em = e + bias, the 24-bit significand
-    shifted right by 23 - MB (+ 1 - em below the normal range); remainder and half are in units of c's fp32 ulp."""
+def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.constexpr):
+    """Code of finite 0 <= c <= max of an unsigned ExMy scale format with subnormals, rounded 0 rtne (ties to the
+    even code) / 1 ceil / 2 floor, by integer arithmetic on c's bits: target biased exponent em = e + bias, the
+    24-bit significand shifted right by 23 - MB (+ 1 - em below the normal range), remainder decides."""
     b = bits_of(c)
     ef = (b >> 23) & 0xFF
     m24 = (b & 0x7FFFFF) | tl.where(ef != 0, 1 << 23, 0)
@@ -333,20 +333,7 @@ def float_scale_parts(c, MB: tl.constexpr, SBIAS: tl.constexpr):
     q = m24 >> sh
     r = m24 & ((1 << sh) - 1)
     half = 1 << (sh - 1)
-    return (tl.maximum(em - 1, 0) << MB) + q, r, half
-
-
-@triton.jit
-def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.constexpr):
-    """Code of finite 0 <= c <= max of an unsigned ExMy scale format with subnormals, rounded 0 rtne (ties to the
-    even code) / 1 ceil / 2 floor (``float_scale_parts``: the remainder decides)."""
-    down, r, half = float_scale_parts(c, MB, SBIAS)
-    return round_scale_parts(down, r, half, SROUND)
-
-
-@triton.jit
-def round_scale_parts(down, r, half, SROUND: tl.constexpr):
-    """The code from ``float_scale_parts``: 0 rtne (ties to the even code) / 1 ceil / 2 floor."""
+    down = (tl.maximum(em - 1, 0) << MB) + q
     if SROUND == 0:
         up = (r > half) | ((r == half) & ((down & 1) != 0))
     elif SROUND == 1:
@@ -379,43 +366,6 @@ def decode_scale(code, svals_ptr, SCALE: tl.constexpr):
         return f32_of(code << 16)
 
 
-QUICK_TOL: tl.constexpr = tl.constexpr(16)  # fp32 ulps: |amax * fl(1/target) * fl(1/ts) - fl(fl(amax / target) / ts)| <= 6 ulps
-
-
-@triton.jit
-def _float_scale_codes_quick(amax, inv_target, ts, target, SCALE: tl.constexpr):
-    """RTNE ExMy scale codes of fl(fl(amax / target) / ts) (the divisions as DIV / TWO_LEVEL ask) without dividing
-    per block: amax * fl(1/target) * fl(1/ts) is within 6 fp32 ulps of that ideal scale (four roundings of at most
-    half an ulp each against two), so both round to the same code unless one lies within QUICK_TOL ulps of a
-    rounding tie (remainder near half) of the scale format; a tile holding such a block divides exactly. Clamping
-    at MAXV (a code value) and at zero moves no code. The caller's blocks are finite, ts positive and finite."""
-    SMAXV: tl.constexpr = SCALE.MAXV
-    iq = amax * inv_target
-    if SCALE.TWO_LEVEL:
-        iq = iq * tl.div_rn(ts * 0.0 + 1.0, ts)  # a scalar: once per call
-    c = tl.where(iq > SMAXV, SMAXV, tl.where(iq > 0.0, iq, 0.0))
-    down, r, half = float_scale_parts(c, SCALE.MB, SCALE.BIAS)
-    code = round_scale_parts(down, r, half, 0)
-    if tl.max((tl.abs(r - half) <= QUICK_TOL).to(tl.int32)) > 0:
-        ideal = _divided_ideal(amax, target, inv_target, ts, SCALE)
-        code = encode_float_scale(tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0)), SCALE.MB,
-                                  SCALE.BIAS, 0)
-    return tl.where(iq != iq, SCALE.NAN, code)
-
-
-@triton.jit
-def _divided_ideal(amax, target, inv_target, ts, SCALE: tl.constexpr):
-    """The reference's ideal scale before clamps: amax / target (DIV) or amax * fl(1/target), then / ts
-    (TWO_LEVEL), each division correctly rounded."""
-    if SCALE.DIV:
-        ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
-    else:
-        ideal = amax * inv_target
-    if SCALE.TWO_LEVEL:
-        ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
-    return ideal
-
-
 @triton.jit
 def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, SCALE: tl.constexpr):
     """int32 scale codes of finite block amaxes (policies applied by the caller; ``SCALE``: params.ScaleCx)."""
@@ -424,8 +374,6 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
     SBIAS: tl.constexpr = SCALE.BIAS
     SNAN: tl.constexpr = SCALE.NAN
     SMAXV: tl.constexpr = SCALE.MAXV
-    QUICK_FLOAT: tl.constexpr = (SKIND == 4 and SROUND == 0 and (SCALE.DIV or SCALE.TWO_LEVEL) and not SCALE.ENCODE
-                                 and not SCALE.HAS_MIN and not SCALE.HAS_MAX)
     if SCALE.METHOD == 2:
         b = bits_of(amax)
         if SCALE.EXP_MODE == 2:
@@ -434,13 +382,16 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
         if SCALE.EXP_MODE == 1:
             e += ((b & 0x7FFFFF) != 0).to(tl.int32)
         code = tl.minimum(tl.maximum(e - SCALE.EMAX + SBIAS, 0), SNAN - 1)
-    elif QUICK_FLOAT:
-        code = _float_scale_codes_quick(amax, inv_target, ts, target, SCALE)
     else:
         if SCALE.ENCODE:
             ideal = tl.minimum(amax * (g * inv_target), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
-            ideal = _divided_ideal(amax, target, inv_target, ts, SCALE)
+            if SCALE.DIV:
+                ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
+            else:
+                ideal = amax * inv_target
+            if SCALE.TWO_LEVEL:
+                ideal = tl.div_rn(ideal, tl.full(amax.shape, 1.0, tl.float32) * ts)
         if SCALE.HAS_MIN:
             ideal = tl.where(ideal < min_s, min_s, ideal)
         if SCALE.HAS_MAX:
