@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python benchmarks/bench_kernels.py --json out.json [--quick]
 
-* quantize bf16 16384x8192 -> packed codes + scale codes (mxfp4, nvfp4, ufp4; rtne and sr) against a
+* quantize bf16 16384x8192 -> packed codes + scale codes (mxfp4, nvfp4, ufp4; rtne, sr with 24 random bits per
+  element (the default contract) and with 16 (``sr_bits`` of the built-in recipes), keys ``sr`` and ``sr16``) against a
   device-to-device copy of the input (bandwidth = bytes read + written / time), a torch.compile'd hand-written
   MXFP4/NVFP4 quantizer and torchao's compiled ``NVFP4Tensor.to_nvfp4`` (if torchao imports);
 * fused RHT-16 + quantize over quantize alone;
@@ -14,7 +15,8 @@ quantize/dequantize also report ``kernel_ms``: the median per call inside a CUDA
 (``triton.testing.do_bench_cudagraph``, Python launch cost excluded), with the copy measured the same way. Tiles
 are ranked by kernel time (per call, the Python launch path is comparable to the kernel and makes the choice
 random).
-Inputs are random normal data (never zeros).
+Inputs are random normal data (never zeros). ``--json`` is rewritten after every section, so a run stopped by a
+time limit keeps what it measured.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from fp4lab.kernels.tile import grouped_tile
 
 ROWS, COLS = 16384, 8192
 FORMATS = ("mxfp4", "nvfp4", "ufp4")
+# key -> (rounding, random bits per element): the default SR contract, and the width of the built-in recipes
+SR_MODES = {"rtne": ("rtne", 24), "sr": ("sr", 24), "sr16": ("sr", 16)}
 
 
 def t_ms(fn, rep: int = 200) -> float:
@@ -94,10 +98,11 @@ def bench_quantize(res: dict, quick: bool) -> None:
     for name in FORMATS:
         fmt = fp4lab.get_format(name)
         nbytes = 2 * n + n // 2 + scale_bytes(fmt, n)
-        for mode in ("rtne", "sr"):
+        for mode, (rounding, sr_bits) in SR_MODES.items():
             for rht in (None, 16):
                 best = None
-                opts = fp4lab.QuantizeOptions(mode, 1, -1, rht, 0)  # built once: the timed calls only launch
+                # built once: the timed calls only launch
+                opts = fp4lab.QuantizeOptions(rounding, 1, -1, rht, 0, sr_bits)
                 for cfg in configs:
                     if rht and cfg[1] % rht:
                         continue
@@ -129,7 +134,7 @@ def bench_quantize(res: dict, quick: bool) -> None:
                 q[key] = entry
                 print(key, entry, flush=True)
     for name in FORMATS:
-        for mode in ("rtne", "sr"):
+        for mode in SR_MODES:
             a, b = q.get(f"{name}/{mode}/rht16"), q.get(f"{name}/{mode}/rht0")
             if a and b:  # kernel times: per call, launch-cost noise swamps the difference
                 q[f"{name}/{mode}/rht16_over_plain"] = a["kernel_ms"] / b["kernel_ms"]
@@ -296,15 +301,14 @@ def main() -> None:
     res["copy"] = {"ms": copy_ms, "TBps": 4 * x.numel() / copy_ms / 1e9, "what": "bf16 16384x8192 clone",
                    "graph_ms": graph_ms(lambda: x.clone())}
     del x
-    if "quantize" in parts:
-        bench_quantize(res, args.quick)
-    if "dequantize" in parts:
-        bench_dequantize(res)
-    if "gemm" in parts:
-        bench_gemm(res, args.quick)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=1, default=str)
+    sections = (("quantize", lambda: bench_quantize(res, args.quick)), ("dequantize", lambda: bench_dequantize(res)),
+                ("gemm", lambda: bench_gemm(res, args.quick)))
+    for part, bench in sections:
+        if part in parts:
+            bench()
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(res, fh, indent=1, default=str)
     print(json.dumps(res, indent=1, default=str))
 
 
