@@ -176,6 +176,26 @@ def test_bf16_activations_give_bf16_outputs_and_fp32_master_weights_fp32_grads()
     assert y.dtype == torch.bfloat16 and x.grad.dtype == torch.bfloat16 and layer.weight.grad.dtype == torch.float32
 
 
+@pytest.mark.parametrize("name", ["bf16", "nvfp4"])
+def test_autocast_gives_the_output_dtype_of_nn_linear(name):
+    """Under autocast an fp32 input gives a bf16 output, as nn.Linear does: the product of the same operands
+    (quantized from the fp32 input and master weight) rounded to bf16; gradients keep the parameters' and the
+    input's dtypes."""
+    torch.manual_seed(3)
+    layer = QuantLinear(64, 32, bias=True, recipe=name, seed=5)
+    x = torch.randn(32, 64, requires_grad=True)
+    with torch.no_grad():
+        want = layer(x).to(torch.bfloat16)  # no autocast: fp32 output
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+        ref = torch.nn.Linear(64, 32)(x)
+    assert y.dtype == ref.dtype == torch.bfloat16
+    assert torch.equal(y.view(torch.int16), want.view(torch.int16))
+    y.float().sum().backward()
+    assert x.grad.dtype == layer.weight.grad.dtype == layer.bias.grad.dtype == torch.float32
+    assert torch.equal(layer.bias.grad, torch.full((32,), 32.0))
+
+
 def test_triton_path_equals_emulator_path(monkeypatch):
     """The fused kernels (interpreter) give QuantLinear the same operands as the emulator, hence equal outputs."""
     import fp4lab.recipes.operands as operands

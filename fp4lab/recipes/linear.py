@@ -159,21 +159,35 @@ def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = N
 
 
 class _QuantLinearFunction(torch.autograd.Function):
+    """The layer's three GEMMs on its recipe's operands; autocast is off inside (the operands' dtypes are the
+    recipe's, and ``out_dtype`` is chosen by the caller)."""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
-                needs_w: bool) -> torch.Tensor:
+                needs_w: bool, out_dtype: torch.dtype) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return _QuantLinearFunction._forward(ctx, x, weight, bias, state, needs_w, out_dtype)
+
+    @staticmethod
+    def _forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
+                 needs_w: bool, out_dtype: torch.dtype) -> torch.Tensor:
         xk, xm, ts_xk, ts_xm = state.operands(x, "x", "fprop", "wgrad" if needs_w else None)
         wk, _, ts_wk, _ = state.operands(weight, "w", "fprop", None)
         ctx.save_for_backward(xm, weight, ts_xm)
         ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
         if state.fp8 and xk.is_cuda:
-            return state.fp8_cuda([("fprop", xk, False, wk, False, x.dtype, bias)])[0]
+            return state.fp8_cuda([("fprop", xk, False, wk, False, out_dtype, bias)])[0]
         if state.fp8:
             xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
-        return _mm(xk, wk.t(), x.dtype, _scale(ts_xk, ts_wk), bias)
+        return _mm(xk, wk.t(), out_dtype, _scale(ts_xk, ts_wk), bias)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        with torch.autocast(dy.device.type, enabled=False):
+            return _QuantLinearFunction._backward(ctx, dy)
+
+    @staticmethod
+    def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         xm, weight, ts_xm = ctx.saved_tensors
         state = ctx.state
         step, state.step = state.step, ctx.step  # the streams of the step whose forward saved these operands
@@ -201,10 +215,10 @@ class _QuantLinearFunction(torch.autograd.Function):
                 if need_w:
                     dw = _mm(dym.t(), xm, weight.dtype, _scale(ts_dym, ts_xm))
             if ctx.has_bias and ctx.needs_input_grad[2]:
-                db = dy.sum(0)
+                db = dy.sum(0, dtype=torch.float32)
         finally:
             state.step = step
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None
 
 
 class QuantLinear(torch.nn.Linear):
@@ -213,7 +227,12 @@ class QuantLinear(torch.nn.Linear):
     Inputs ``[..., in_features]`` are flattened to ``[M, in_features]``; in_features and out_features must be
     multiples of the recipe formats' block sizes along K and N, and M (tokens) along M when W needs a gradient.
     ``name`` (the qualified module name, as ``quantize_model`` passes it) or else ``seed`` fixes the layer's
-    random streams; ``step`` counts training forward passes (each draws fresh stochastic-rounding bits)."""
+    random streams; ``step`` counts training forward passes (each draws fresh stochastic-rounding bits).
+
+    Dtypes: the output has the input's dtype, or under ``torch.autocast`` for the input's device the autocast
+    dtype, as ``nn.Linear`` gives; the operands are quantized from the input and the parameters as they are (an
+    fp32 input or master weight is not rounded to bf16 first), and the gradients have the dtypes of the input,
+    weight and bias."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: Any = "ufp4",
                  seed: int = 0, name: str | None = None, device: Any = None, dtype: Any = None) -> None:
@@ -259,7 +278,9 @@ class QuantLinear(torch.nn.Linear):
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
         if self.recipe.format is not None and needs_w:
             _check_tokens(self._state, x2.shape[0], self.layer_name or type(self).__name__)
-        y = _QuantLinearFunction.apply(x2, self.weight, self.bias, self._state, needs_w)
+        dev = x2.device.type
+        out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x2.dtype
+        y = _QuantLinearFunction.apply(x2, self.weight, self.bias, self._state, needs_w, out_dtype)
         if self.training and torch.is_grad_enabled() and self._state.seed_slots is None:
             self._state.step += 1  # (with DeviceStreams, DeviceStreams.advance counts the steps)
         return y.reshape(*lead, self.out_features)
