@@ -104,12 +104,16 @@ def test_division_by_reciprocal_falls_back_near_boundaries(name):
         assert_same(quantize_cuda(xt, fmt, opts), quantize_reference(xf, fmt, opts))
 
 
+# the rounding ties of the E4M3 scale grid below 448: midpoints of the normal binades and of the subnormals
+E4M3_TIES = np.sort(np.array([(8 + m + 0.5) * 2.0 ** (e - 3) for e in range(-6, 9) for m in range(8)]
+                             + [(m + 0.5) * 2.0 ** -9 for m in range(7)]))
+E4M3_TIES = E4M3_TIES[E4M3_TIES < 448.0]
+
+
 def _near_scale_ties(ts: np.float32, rng, rows: int) -> np.ndarray:
     """[rows, 16 * n] float32 blocks of 16 whose amax / 6 / ts lies on and 1-4 ulps around each tie of the E4M3
     scale grid (normal and subnormal), both signs, plus one element setting the tensor amax to 2688 * ts."""
-    ties = [(8 + m + 0.5) * 2.0 ** (e - 3) for e in range(-6, 9) for m in range(8)] + \
-           [(m + 0.5) * 2.0 ** -9 for m in range(7)]
-    amax = np.array([t * 6.0 * float(ts) for t in ties if t < 448.0], np.float32)
+    amax = (E4M3_TIES * 6.0 * float(ts)).astype(np.float32)
     shifted = [amax]
     for k in range(1, 5):
         shifted.append(np.nextafter(shifted[-1], np.float32(np.inf)).astype(np.float32))
@@ -134,9 +138,7 @@ def _subnormal_scale_crossings(ts: np.float32, target: float, rng, rows: int) ->
     with np.errstate(all="ignore"):
         ideal = (amax / t).astype(np.float32) / ts
         quick = (amax * (np.float32(1) / t)).astype(np.float32) * (np.float32(1) / ts)
-    ties = [(8 + m + 0.5) * 2.0 ** (e - 3) for e in range(-6, 9) for m in range(8)] + \
-           [(m + 0.5) * 2.0 ** -9 for m in range(7)]
-    ties = np.sort(np.array(ties))
+    ties = E4M3_TIES
     i = np.searchsorted(ties, quick, "right")
     tie = ties[np.clip(i - (np.searchsorted(ties, ideal, "right") <= i), 0, ties.size - 1)]
     far = np.abs(quick - tie) > 64 * np.spacing(quick)  # a shortcut that divides only near ties misses these
