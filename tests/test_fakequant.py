@@ -124,6 +124,23 @@ def test_explicit_tiles_with_partial_edge_tiles(name):
                     tile=(32, 64))
     run_and_compare(fmt, x, "rtne", Blocking(32, 1, 2), None, dtype=BF16, tile=(16, 256))
     run_and_compare(fmt, xr, "sr", None, Blocking(None, 3, 4), dtype=BF16, sr_bits=4, tile=(64, 64, 4))
+    if fmt.block_size == 16:  # the 16-row tiles the GPU takes for nvfp4's fused passes and ufp4's column passes
+        run_and_compare(fmt, x, "sr", Blocking(None, 1, 2), Blocking(16, 3, 4), dtype=BF16, sr_bits=16,
+                        tile=(16, 128, 2))
+        run_and_compare(fmt, xr, "rtne", None, Blocking(16, 3, 4), dtype=BF16, tile=(16, 128, 2))
+
+
+def test_gpu_tiles_follow_the_measured_rule():
+    """The default (BM, BK, warps) on the GPU (the bits do not depend on it; the speed does, BENCHMARKS.md)."""
+    from fp4lab.kernels.fakequant_launch import _tile
+
+    big = dict(K=4096, M=16384, interp=False, tile=None)
+    assert _tile(16, 1, 0, 16, True, True, coded_scales=True, **big) == (16, 128, 2)  # nvfp4 X / dY
+    assert _tile(16, 1, 0, 16, True, True, coded_scales=False, **big) == (32, 64, 4)  # e2m1-b16-fp32
+    assert _tile(32, 1, 0, 16, True, True, coded_scales=False, **big) == (32, 64, 4)  # mxfp4
+    assert _tile(16, 1, 0, 16, False, True, coded_scales=False, **big) == (16, 128, 2)  # ufp4 column pass
+    assert _tile(32, 1, 0, 16, False, True, coded_scales=False, **big) == (32, 64, 2)  # mxfp4 column pass
+    assert _tile(16, 1, 16, 0, True, False, coded_scales=True, **big) == (16, 256, 4)  # K only
 
 
 def test_sr_rows_not_a_multiple_of_one_philox_call():
