@@ -190,13 +190,18 @@ def main() -> None:
     ap.add_argument("--skip-checks", action="store_true")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+    def save() -> None:  # after every section, so a run stopped by its time slot keeps what it checked
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(out, fh, indent=2, default=str)
     if not args.skip_checks:
         out["kernel"] = check_kernel(args.rows, args.cols)
+        save()
         out["layer"] = check_layer(256, 512, 384)
+        save()
     out["timing"] = time_kernels(args.tiles)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=2, default=str)
+    save()
 
 
 if __name__ == "__main__":
