@@ -60,8 +60,8 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_k: bool, along_m: 
 
     * K only: 16 x 256, 4 warps (the quantize kernel's best);
     * a column pass whose blocks and rotation span 16 rows, alone (ufp4's split passes) or beside the K pass when
-      block scales are coded floats (``coded_scales``: UE4M3 and other ExMy/table scales, nvfp4): 16 x 128, 2
-      warps, against 32 x 64 (16384 x 4096 bf16, RHT-16 along M: nvfp4 K and M 0.401 -> 0.296 ms rtne, 0.617 ->
+      the block scales are ExMy floats encoded per block (``coded_scales``: UE4M3 and the like; measured for
+      nvfp4): 16 x 128, 2 warps, against 32 x 64 (16384 x 4096 bf16, RHT-16 along M: nvfp4 K and M 0.401 -> 0.296 ms rtne, 0.617 ->
       0.567 SR-16; ufp4 M 0.154 -> 0.133, 0.246 -> 0.219; nvfp4 rtne K and M: 165 -> 113 static SASS per
       element, ``benchmarks/sass_count.py``). E2M1 with FP32 scales gains nothing beside the K pass, and 32-row
       blocks (mxfp4) need 32 rows;
@@ -75,8 +75,8 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_k: bool, along_m: 
         return tile[0], tile[1], tile[2] if len(tile) > 2 else 4
     need_m = max(fmt_tc if along_m else 1, rht_m, tr, 2)
     need_k = max(fmt_tc, rht_k, 2)
-    short = along_m and need_m == 16 and (coded_scales or not along_k)
-    if short:
+    sixteen_rows = along_m and need_m == 16 and (coded_scales or not along_k)
+    if sixteen_rows:
         bm, bk = 16, max(128, need_k)
     elif along_m:
         bm, bk = max(32, need_m), max(64, need_k)
@@ -87,7 +87,7 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_k: bool, along_m: 
         bm = max(need_m, min(triton.next_power_of_2(max(M, 1)), max(4096 // bk, 1) if along_m else 64))
     bk = max(need_k, min(bk, triton.next_power_of_2(K)))
     bm = max(need_m, min(bm, triton.next_power_of_2(max(M, 1))))
-    return bm, bk, 2 if along_m and (short or not along_k) else 4
+    return bm, bk, 2 if along_m and (sixteen_rows or not along_k) else 4
 
 
 def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
@@ -114,7 +114,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     sp = scale_params(fmt)
     interp = interpreting()
     bm, bk, warps = _tile(tc, tr, rk, rm, along_k is not None, along_m is not None, K, M, interp, tile,
-                          coded_scales=sp.cx.KIND in (1, 4))
+                          coded_scales=sp.cx.KIND == 4)
     if bk % max(tc, rk, 2) or bm % max(tr, rm, tc if along_m is not None else 1, 2):
         raise InputError(f"fake_quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT sizes")
     grid = (math.ceil(M / bm), math.ceil(K / bk))
