@@ -22,48 +22,29 @@ import collections
 import csv
 import os
 import re
-import subprocess
-import tempfile
+from pathlib import Path
 
-import sass_count as sc  # noqa: E402 (sets up the compile-without-a-GPU environment)
+import sass_count as sc  # sets up the compile-without-a-GPU environment first
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
 import fp4lab  # noqa: E402
-import fp4lab.kernels.fakequant as fq  # noqa: E402
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
+from fp4lab.kernels.fakequant_launch import Blocking  # noqa: E402
 
 
 def compiled_case(fmt_name: str, rounding: str, along: str, rht_k: int, rht_m: int, sr_bits: int,
                   tile: tuple[int, int, int], shape: tuple[int, int]):
     """The sm_90 compile of the fake-quant launch that ``fake_quantize_triton`` makes for this case on a GPU."""
-    fmt = fp4lab.get_format(fmt_name)
-    x = torch.zeros(shape, dtype=torch.bfloat16)
-    cap = fq._fake_quant_kernel = sc.Capture(fq._fake_quant_kernel)
-    amax_cap = fq._amax2_kernel = sc.Capture(fq._amax2_kernel)
-    try:
-        fake_quantize_triton(x, fmt, rounding, along_k=Blocking(rht_k or None, 0, 1) if "k" in along else None,
-                             along_m=Blocking(rht_m or None, 0, 2) if "m" in along else None, sr_bits=sr_bits,
-                             apply_tensor_scale=False, tile=tile)
-    finally:
-        fq._fake_quant_kernel, fq._amax2_kernel = cap.kernel, amax_cap.kernel
-    args = list(cap.args)
-    args[1], args[2] = args[1].view(torch.int16), args[2].view(torch.int16)  # the GPU's bf16 outputs (int16 views)
-    cap.args = tuple(args)
+    cap = sc.capture_fakequant(torch.zeros(shape, dtype=torch.bfloat16), fp4lab.get_format(fmt_name), rounding,
+                               Blocking(rht_k or None, 0, 1) if "k" in along else None,
+                               Blocking(rht_m or None, 0, 2) if "m" in along else None, sr_bits, tile)
     return sc.compile_sm90(cap, tile[2])
 
 
 def sass_with_lines(compiled) -> list[tuple[str, tuple[str, int] | None]]:
     """(instruction, (file, line) of the line table) for every SASS instruction, in address order."""
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as fh:
-        fh.write(compiled.asm["cubin"])
-    out = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", "-gi", fh.name], capture_output=True,
-                         text=True).stdout
-    os.unlink(fh.name)
     insts, loc = [], None
-    for ln in out.splitlines():
+    for ln in sc.disassemble(compiled, line_info=True).splitlines():
         m = re.match(r'\s*//## File "(.*?)", line (\d+)', ln)
         if m:
             loc = (m.group(1), int(m.group(2)))
@@ -125,9 +106,9 @@ def main() -> None:
           + ", ".join(f"{f} {n * per_elem:.1f}" for f, n in files.most_common()))
     text: dict[str, list[str]] = {}
     for (f, ln), n in lines.most_common(args.top):
-        path = os.path.join(os.path.dirname(fq.__file__), f)
+        path = Path(sc.fq.__file__).parent / f
         if f not in text:
-            text[f] = open(path).read().splitlines() if os.path.exists(path) else []
+            text[f] = path.read_text().splitlines() if path.exists() else []
         src = text[f][ln - 1].strip()[:80] if 0 < ln <= len(text[f]) else ""
         print(f"{n * per_elem:7.2f}  {f}:{ln:<4d} {src}")
 

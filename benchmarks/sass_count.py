@@ -4,6 +4,7 @@ registers and the most frequent opcodes, from Triton's bundled ptxas/nvdisasm.
     python benchmarks/sass_count.py quantize mxfp4:rtne nvfp4:sr --tile 32x256x4
     python benchmarks/sass_count.py dequantize mxfp4 ufp4 --tile 16x512x4
     python benchmarks/sass_count.py fakequant ufp4:sr:16 mxfp4:rtne --tile 32x64x4 --along km --rht 16
+    python benchmarks/sass_count.py fakequant nvfp4:rtne --tile 16x128x2 --along km --rht-m 16
     python benchmarks/sass_count.py gemm mxfp4 ufp4 --tile 128x64x8
 
 The kernels are ALU-issue-bound on the H200, so fewer instructions per element is the number to drive down before
@@ -82,6 +83,39 @@ def compile_sm90(cap: Capture, num_warps: int):
                                                                            "enable_fp_fusion": False})
 
 
+def capture_fakequant(x: torch.Tensor, fmt, rounding: str, along_k, along_m, sr_bits: int,
+                      tile: tuple[int, int, int]) -> Capture:
+    """The fused fake-quant launch ``fake_quantize_triton`` makes for CPU tensor ``x``, tensor scales folded as the
+    recipes launch it (the two-level formats' amax pass is not captured), with the bf16 outputs as the int16 views
+    the GPU path writes (the interpreter path writes int32 words), so the compile is the GPU's kernel instruction
+    for instruction."""
+    cap = fq._fake_quant_kernel = Capture(fq._fake_quant_kernel)
+    amax_cap = fq._amax2_kernel = Capture(fq._amax2_kernel)
+    try:
+        fake_quantize_triton(x, fmt, rounding, along_k=along_k, along_m=along_m, sr_bits=sr_bits,
+                             apply_tensor_scale=False, tile=tile)
+    finally:
+        fq._fake_quant_kernel, fq._amax2_kernel = cap.kernel, amax_cap.kernel
+    args = list(cap.args)
+    for i in (1, 2):
+        if args[i].dtype == torch.int32:
+            args[i] = args[i].view(torch.int16)
+    cap.args = tuple(args)
+    return cap
+
+
+def disassemble(compiled, line_info: bool = False) -> str:
+    """nvdisasm's listing of a compiled kernel (``line_info``: with the source line table, ``-gi``)."""
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as fh:
+        fh.write(compiled.asm["cubin"])
+    try:
+        return subprocess.run([os.path.join(tools, "nvdisasm"), "-c"] + (["-gi"] if line_info else []) + [fh.name],
+                              capture_output=True, text=True).stdout
+    finally:
+        os.unlink(fh.name)
+
+
 def sass_stats(compiled) -> tuple[int, collections.Counter, str, list[str]]:
     """(instruction count, opcode histogram, registers, instructions without their addresses)."""
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -105,6 +139,7 @@ def main() -> None:
     ap.add_argument("--tile", default="32x256x4", help="BMxBKxWARPS (gemm: BM = BN)")
     ap.add_argument("--along", default="k", choices=["k", "m", "km"], help="fakequant: blockings")
     ap.add_argument("--rht", type=int, default=0, help="fakequant: RHT size on every blocking (0: none)")
+    ap.add_argument("--rht-m", type=int, default=None, help="fakequant: RHT size along M only (default: --rht)")
     ap.add_argument("--dump", metavar="DIR", help="also write each case's instruction listing (addresses stripped) "
                     "to DIR, so that two trees can be compared with diff -r")
     args = ap.parse_args()
@@ -115,15 +150,10 @@ def main() -> None:
         fmt = fp4lab.get_format(name)
         x = torch.randn(2 * bm, 2 * bk, dtype=torch.bfloat16)
         if args.kernel == "fakequant":
-            cap = fq._fake_quant_kernel = Capture(fq._fake_quant_kernel)
-            amax_cap = fq._amax2_kernel = Capture(fq._amax2_kernel)  # two-level formats: not compiled here
-            spec = Blocking(args.rht or None, 0, 1)
-            try:
-                fake_quantize_triton(x, fmt, mode or "rtne", along_k=spec if "k" in args.along else None,
-                                     along_m=spec if "m" in args.along else None, sr_bits=int(srw or 24),
-                                     tile=(bm, bk, warps))
-            finally:
-                fq._fake_quant_kernel, fq._amax2_kernel = cap.kernel, amax_cap.kernel
+            rht_m = args.rht if args.rht_m is None else args.rht_m
+            cap = capture_fakequant(x, fmt, mode or "rtne", Blocking(args.rht or None, 0, 1) if "k" in args.along
+                                    else None, Blocking(rht_m or None, 0, 1) if "m" in args.along else None,
+                                    int(srw or 24), (bm, bk, warps))
         elif args.kernel == "quantize":
             cap = q._quantize_kernel = Capture(q._quantize_kernel)
             try:

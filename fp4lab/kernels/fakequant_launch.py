@@ -61,10 +61,10 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_k: bool, along_m: 
     * K only: 16 x 256, 4 warps (the quantize kernel's best);
     * a column pass whose blocks and rotation span 16 rows, alone (ufp4's split passes) or beside the K pass when
       the block scales are ExMy floats encoded per block (``coded_scales``: UE4M3 and the like; measured for
-      nvfp4): 16 x 128, 2 warps, against 32 x 64 (16384 x 4096 bf16, RHT-16 along M: nvfp4 K and M 0.401 -> 0.296 ms rtne, 0.617 ->
-      0.567 SR-16; ufp4 M 0.154 -> 0.133, 0.246 -> 0.219; nvfp4 rtne K and M: 165 -> 113 static SASS per
-      element, ``benchmarks/sass_count.py``). E2M1 with FP32 scales gains nothing beside the K pass, and 32-row
-      blocks (mxfp4) need 32 rows;
+      nvfp4): 16 x 128, 2 warps, against 32 x 64 (16384 x 4096 bf16, RHT-16 along M: nvfp4 K and M 0.401 ->
+      0.296 ms rtne, 0.617 -> 0.567 SR-16; ufp4 M 0.154 -> 0.133, 0.246 -> 0.219; nvfp4 rtne K and M: 165 ->
+      113 static SASS per element, ``benchmarks/sass_count.py``). E2M1 with FP32 scales gains nothing beside
+      the K pass, and 32-row blocks (mxfp4) need 32 rows;
     * other column passes: 32 x 64, 2 warps when the column pass is the only one (each thread then holds twice
       the elements of a block column), else 4;
 
