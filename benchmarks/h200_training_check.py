@@ -4,7 +4,10 @@
    along K / M / both, RHT, rtne and SR at every random-bit width, bf16 and fp32 inputs, bf16 and fp32 outputs.
 2. ``QuantLinear`` on CUDA against the same layer on the CPU emulator: every GEMM operand bit for bit, and the
    forward output and both gradients within a bound of a float64 product of the same operands.
-3. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
+3. ``scaled_mm`` (the cuBLAS GEMM with a device-memory output scale of two-level recipes) in every operand layout:
+   against a float64 product, against the two-pass ``torch.mm`` then multiply, inside a CUDA graph whose scale
+   changes between replays, and its time against ``torch.mm`` alone and ``torch.mm`` plus the multiply.
+4. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
    the host time per call.
 
     python benchmarks/h200_training_check.py --json out.json [--tiles]
@@ -131,6 +134,68 @@ def check_layer(tokens: int, k: int, n: int) -> dict[str, Any]:
     return out
 
 
+def check_scaled_mm() -> dict[str, Any]:
+    from fp4lab.recipes.scaled_mm import available, scaled_mm
+
+    out: dict[str, Any] = {"available": available()}
+    if not out["available"]:
+        print("scaled_mm: cuBLAS not found; the two-pass path is used", flush=True)
+        return out
+    g = torch.Generator(device="cuda").manual_seed(5)
+    m, k, n = 768, 512, 640
+    for a_rows in (True, False):
+        for b_rows in (True, False):
+            for dt in (torch.bfloat16, torch.float32):
+                a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+                b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+                a = a if a_rows else a.t().contiguous().t()
+                b = b if b_rows else b.t().contiguous().t()
+                s = torch.rand(1, device="cuda", generator=g) * 1e-3 + 1e-4
+                got = scaled_mm(a, b, s, dt)
+                ref = (a.double() @ b.double()) * s.double()
+                two = (torch.mm(a, b, out_dtype=torch.float32) * s).to(dt)
+                key = f"A {'row' if a_rows else 'col'}-major, B {'row' if b_rows else 'col'}-major, out {dt}"
+                out[key] = {"rel_err_vs_f64": float((got.double() - ref).norm() / ref.norm()),
+                            "rel_err_two_pass": float(((torch.mm(a, b).to(dt) * s.to(dt)).double() - ref).norm()
+                                                      / ref.norm()),
+                            "differs_from_fp32_gemm_times_scale": int((got != two).sum())}
+                print(f"scaled_mm {key}: {out[key]}", flush=True)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    s = torch.full((1,), 0.37, device="cuda")
+    got = scaled_mm(a, b, s, torch.bfloat16, bias)
+    want = (torch.mm(a, b, out_dtype=torch.float32) * s + bias.float()).to(torch.bfloat16)
+    out["bias_differs_from_fp32_gemm_times_scale_plus_bias"] = int((got != want).sum())
+    print(f"scaled_mm with a bias: {out['bias_differs_from_fp32_gemm_times_scale_plus_bias']} of {got.numel()} "
+          "outputs differ from the fp32 GEMM times the scale plus the bias, rounded once", flush=True)
+    s = torch.full((1,), 0.5, device="cuda")
+    scaled_mm(a, b, s, torch.bfloat16)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = scaled_mm(a, b, s, torch.bfloat16)
+    replays = []
+    for v in (0.5, 0.25, 3.0):
+        s.fill_(v)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = (torch.mm(a, b, out_dtype=torch.float32) * v).to(torch.bfloat16)
+        replays.append({"scale": v, "rel_err": float((c.double() - ref.double()).norm() / ref.double().norm())})
+    out["graph_replays"] = replays
+    print(f"scaled_mm in a CUDA graph, scale changed between replays: {replays}", flush=True)
+    a = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16).t()
+    s = torch.full((1,), 0.01, device="cuda")
+    from triton.testing import do_bench
+
+    t = {"mm": do_bench(lambda: torch.mm(a, b)), "mm_then_mul": do_bench(lambda: torch.mm(a, b).mul_(s)),
+         "scaled_mm": do_bench(lambda: scaled_mm(a, b, s, torch.bfloat16))}
+    out["time_ms_16384x4096x4096"] = t
+    print(f"16384 x 4096 x 4096 bf16 ms: {t}", flush=True)
+    return out
+
+
 def time_kernels(tiles: bool) -> dict[str, Any]:
     import triton
 
@@ -188,6 +253,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--skip-timing", action="store_true")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -200,8 +266,11 @@ def main() -> None:
         save()
         out["layer"] = check_layer(256, 512, 384)
         save()
-    out["timing"] = time_kernels(args.tiles)
-    save()
+        out["scaled_mm"] = check_scaled_mm()
+        save()
+    if not args.skip_timing:
+        out["timing"] = time_kernels(args.tiles)
+        save()
 
 
 if __name__ == "__main__":

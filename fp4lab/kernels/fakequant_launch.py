@@ -90,6 +90,25 @@ def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_k: bool, along_m: 
     return bm, bk, 2 if along_m and (sixteen_rows or not along_k) else 4
 
 
+def _amax_tile(rht_k: int, rht_m: int, K: int, M: int, interp: bool) -> tuple[int, int, int]:
+    """(BM, BK, num_warps) of the tensor-amax pass; the amax does not depend on the tile. On the GPU 16 rows
+    (the RHT-16 groups along M, or more rows for larger ones) by 256 columns per warp, up to 4 warps: a warp's
+    threads then hold whole 16-row columns (4 bf16 pairs each), so the rotation along M and the maxima run in
+    registers with no layout conversion (sm_90 static SASS per element, ``benchmarks/sass_count.py``-style
+    compile: nvfp4's X pass, plain along K and RHT-16 along M, 33 -> 21 against 32 x 256 x 4; along K only
+    12 -> 9). Rotations over more rows keep 32+ x 256 x 4 (16 rows x 256 values per thread would spill)."""
+    import triton
+
+    if interp:
+        return (max(rht_m, 2, min(triton.next_power_of_2(max(M, 1)), 64)),
+                max(rht_k, 2, min(triton.next_power_of_2(K), 1024)), 4)
+    if rht_m > 16:
+        return max(32, rht_m), max(256, rht_k, 2), 4
+    bk = max(rht_k, 2, min(1024, triton.next_power_of_2(K)))
+    bm = max(rht_m, 2, min(16, triton.next_power_of_2(max(M, 1))))
+    return bm, bk, max(1, min(4, bk // 256))
+
+
 def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
            sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None, seed_ptr: bool) -> None:
     """Fill ``plan`` for the fused kernel: tile, constexprs, tables, RHT signs, amax pass."""
@@ -143,13 +162,12 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     amax = None
     if sp.two_level:
         # the finite amax of the tensor each output quantizes (rotated along its own axis first), in one read
-        abm, abk = max(32, rm, 2), max(256, rk, 2)
-        if interp:
-            abm, abk = max(rm, 2, min(triton.next_power_of_2(M), 64)), max(rk, 2, min(triton.next_power_of_2(K), 1024))
+        abm, abk, awarps = _amax_tile(rk, rm, K, M, interp)
         g = (math.ceil(M / abm), math.ceil(K / abk))
         amax = CachedLaunch(_amax2_kernel, g, dict(BM=abm, BK=abk, IN_KIND=in_kind, WORDS=words,
                                                    ALONG_K=along_k is not None, ALONG_M=along_m is not None,
-                                                   RHT_K=rk, RHT_M=rm), options,
+                                                   RHT_K=rk, RHT_M=rm),
+                            {} if interp else {"enable_fp_fusion": False, "num_warps": awarps},
                             fixed=(signs_k, signs_m, fixed[12], fixed[13], M, K, K // 2), n_lead=2)
     f = fixed
     thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = tables

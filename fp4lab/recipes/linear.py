@@ -11,7 +11,7 @@ Per training step of a layer with input X [M, K] and weight W [N, K] (``fp4lab.r
 Operands are the recipe's formats, dequantized in the rotated basis (the two rotated operands of a GEMM multiply
 to the unrotated product). Two-level formats (NVFP4) leave their tensor scales out of the operands, whose
 element x block-scale products are then exact in bf16, and multiply the GEMM's fp32-accumulated output by
-``ts_a * ts_b`` instead. Stochastic rounding draws from a Philox key per (layer, step, operand use)
+``ts_a * ts_b`` instead, in cuBLAS's epilogue (``scaled_mm``). Stochastic rounding draws from a Philox key per (layer, step, operand use)
 (``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits. Under data parallelism a
 ``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the rows of the global batch
 they are, so the bits equal those of one process over the global batch.
@@ -31,6 +31,7 @@ from fp4lab.kernels.fakequant_launch import Blocking
 from fp4lab.recipes import fp8_gemm, streams
 from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, get_recipe
 from fp4lab.recipes.operands import fake_quant_operands
+from fp4lab.recipes.scaled_mm import scaled_mm
 
 
 class _LayerState:
@@ -139,9 +140,11 @@ def _scale(ts_a: Any, ts_b: Any) -> Any:
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = None, bias: Any = None) -> Any:
-    """``a @ b`` (``* scale``) (``+ bias``) as ``out_dtype``: on CUDA one tensor-core GEMM with fp32 accumulation
-    rounded to ``out_dtype`` (bias in cuBLAS's epilogue), then the folded tensor scale in one elementwise pass
-    (a second rounding when ``out_dtype`` is bf16); on the CPU an fp32 GEMM of the (bf16-exact) operands."""
+    """``a @ b`` (``* scale``) (``+ bias``) as ``out_dtype``: on CUDA one tensor-core GEMM with fp32 accumulation,
+    the folded tensor scale and the bias applied in cuBLAS's epilogue (``scaled_mm``: one rounding to
+    ``out_dtype``), or, where that path is unavailable, the GEMM rounded to ``out_dtype`` then the scale (and bias)
+    in one elementwise pass (a second rounding of bf16 outputs); on the CPU an fp32 GEMM of the (bf16-exact)
+    operands, scaled and biased in fp32, rounded once."""
     if not a.is_cuda:
         y = a.float() @ b.float()
         if scale is not None:
@@ -151,6 +154,10 @@ def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = N
         return y.to(out_dtype)
     if scale is None and bias is not None and a.dtype == out_dtype:
         return torch.addmm(bias.to(out_dtype), a, b)
+    if scale is not None:
+        y = scaled_mm(a, b, scale, out_dtype, bias)
+        if y is not None:
+            return y
     y = torch.mm(a, b) if a.dtype == out_dtype else torch.mm(a, b, out_dtype=out_dtype)
     if scale is None:
         return y if bias is None else y.add_(bias.to(out_dtype))
