@@ -86,16 +86,18 @@ def compile_sm90(cap: Capture, num_warps: int):
 def capture_fakequant(x: torch.Tensor, fmt, rounding: str, along_k, along_m, sr_bits: int,
                       tile: tuple[int, int, int]) -> Capture:
     """The fused fake-quant launch ``fake_quantize_triton`` makes for CPU tensor ``x``, tensor scales folded as the
-    recipes launch it (the two-level formats' amax pass is not captured), with the bf16 outputs as the int16 views
-    the GPU path writes (the interpreter path writes int32 words), so the compile is the GPU's kernel instruction
-    for instruction."""
+    recipes launch it (the two-level formats' amax and tensor-scale kernels are not captured), with the bf16
+    outputs as the int16 views the GPU path writes (the interpreter path writes int32 words), so the compile is
+    the GPU's kernel instruction for instruction."""
     cap = fq._fake_quant_kernel = Capture(fq._fake_quant_kernel)
     amax_cap = fq._amax2_kernel = Capture(fq._amax2_kernel)
+    scales_cap = fq._tensor_scales_kernel = Capture(fq._tensor_scales_kernel)
     try:
         fake_quantize_triton(x, fmt, rounding, along_k=along_k, along_m=along_m, sr_bits=sr_bits,
                              apply_tensor_scale=False, tile=tile)
     finally:
-        fq._fake_quant_kernel, fq._amax2_kernel = cap.kernel, amax_cap.kernel
+        fq._fake_quant_kernel, fq._amax2_kernel, fq._tensor_scales_kernel = (cap.kernel, amax_cap.kernel,
+                                                                            scales_cap.kernel)
     args = list(cap.args)
     for i in (1, 2):
         if args[i].dtype == torch.int32:

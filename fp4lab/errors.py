@@ -40,3 +40,7 @@ class UnknownRecipeError(Fp4labError, LookupError, ValueError):
 class OutputError(Fp4labError, ValueError):
     """An output path cannot be written as asked: it exists (and overwriting was not requested), is of the wrong
     kind (a folder where a file is expected, or the reverse), or its folder is missing."""
+
+
+class DeviceError(Fp4labError, RuntimeError):
+    """A GPU library call failed (the library's status code is in the message)."""

@@ -185,6 +185,18 @@ def test_ufp4_trains_and_writes_logs(tmp_path, corpus_dir, corpus):
     assert again.status == "done" and read_csv(run / "metrics.csv") == rows
 
 
+def test_fp8_runs_record_their_bf16_rows(tmp_path, corpus_dir, corpus):
+    """done.json of an FP8 recipe's run counts, per GEMM, the operand rows converted and those on the bf16 path."""
+    cfg = _cfg(tmp_path, corpus_dir, recipe="mxfp4-fp8", steps=2, eval_every=2, diag_every=0)
+    assert train(cfg, corpus=corpus).status == "done"
+    rows = json.loads((Path(cfg.out) / "done.json").read_text())["fp8_rows"]
+    assert sorted(rows) == ["dgrad", "fprop", "wgrad"]
+    assert all(c["rows"] > 0 and 0 <= c["bf16_rows"] <= c["rows"] for c in rows.values())
+    plain = _cfg(tmp_path, corpus_dir, name="plain", recipe="mxfp4", steps=2, eval_every=2, diag_every=0)
+    assert train(plain, corpus=corpus).status == "done"
+    assert "fp8_rows" not in json.loads((Path(plain.out) / "done.json").read_text())
+
+
 def test_operand_alpha_matches_the_reference():
     layer = QuantLinear(64, 32, bias=False, recipe="ufp4", name="probe")
     x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
@@ -503,7 +515,8 @@ RUNTIME_FIELDS = {"out", "progress", "device", "deterministic"}
 
 @pytest.mark.parametrize("plan, runs", [("plan_h200_small.toml", "h200-small/runs"),
                                         ("plan_h200_middle.toml", "h200-middle/runs"),
-                                        ("plan_h200_large.toml", "h200-large/runs")])
+                                        ("plan_h200_large.toml", "h200-large/runs"),
+                                        ("plan_h200_fp8.toml", "h200-fp8/runs")])
 def test_published_runs_are_those_of_their_plan(plan, runs):
     """Every run of a published plan is in docs/results, finished, with the plan's settings, and nothing else is."""
     planned = driver.load_plan(RESULTS / plan, out=RESULTS / runs)

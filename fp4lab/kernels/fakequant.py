@@ -25,8 +25,10 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.dequantize import bf16_bits_rtne
-from fp4lab.kernels.quantize import _blocks, _expand, quantize_halves, tensor_scale
-from fp4lab.kernels.tile import decode_elements, f32_of, is_finite, load_f32, pair_tile, philox_pairs, rht_pairs, rht_row_pairs
+from fp4lab.kernels.quantize import _blocks, _expand, multiplier_floor, quantize_halves, tensor_scale
+from fp4lab.kernels.tile import (
+    bits_of, decode_elements, f32_of, is_finite, load_f32, pair_tile, philox_pairs, rht_pairs, rht_row_pairs,
+)
 
 
 @triton.jit
@@ -101,12 +103,13 @@ def _load_quarters(x_ptr, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND:
 
 
 @triton.jit
-def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g, etab,
-             stab, R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g, floor,
+             etab, stab, R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
              RHT_N: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr, INTERP: tl.constexpr,
              FAST_RAND: tl.constexpr, SRW: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
              ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr):
-    """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them."""
+    """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them (``floor``: the
+    multiplier floor of two-level formats for ``ts``)."""
     C2: tl.constexpr = BK // 2
     if RHT_N > 0:
         xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, R, C2, RHT_N, False)
@@ -116,18 +119,18 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
         re = addr_e
         ro = addr_o
     code_e, code_o, sc, S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, R, C2, TR, TC, TWO_D, ELEM, SCALE,
-                                            QDIV, LEAN_OK)
+                                            QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL)
     ve, vo = _values(code_e, code_o, S, ts, etab[6], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
     _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
 
 @triton.jit(do_not_specialize=["seed_k", "seed_m"])
 def _fake_quant_kernel(
-    x_ptr, outk_ptr, outm_ptr, amax_ptr, ts_ptr,
+    x_ptr, outk_ptr, outm_ptr, tsv_ptr,
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
     nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
     tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
-    ts_den, min_s, max_s, zero_code, inf_code, snan_code,
+    min_s, max_s, zero_code, inf_code, snan_code,
     signs_k_ptr, signs_m_ptr, rscale_k, rscale_m, M, K, K2, seed_k, seed_m,
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     IN_KIND: tl.constexpr, WORDS: tl.constexpr, ALONG_K: tl.constexpr, ALONG_M: tl.constexpr,
@@ -137,10 +140,10 @@ def _fake_quant_kernel(
     ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr,
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
-    ``outk`` and/or along M into ``outm``. Two-level formats: ``amax_ptr`` holds the tensor amax of the K- and
-    M-rotated tensors, program (0, 0) stores their tensor scales at ``ts_ptr``. SEED_PTR: ``seed_k``/``seed_m``
-    point at int64 seeds in device memory (CUDA-graph replays read the current step's seeds there). The table
-    arguments are those of ``quantize._quantize_kernel``."""
+    ``outk`` and/or along M into ``outm``. Two-level formats: ``tsv_ptr`` holds, for the K and the M output, the
+    tensor scale, encode scale and multiplier floor that ``_tensor_scales_kernel`` derived from the tensor amax of
+    the K- and M-rotated tensors. SEED_PTR: ``seed_k``/``seed_m`` point at int64 seeds in device memory (CUDA-graph
+    replays read the current step's seeds there). The table arguments are those of ``quantize._quantize_kernel``."""
     if SEED_PTR:
         seed_k = tl.load(seed_k)
         seed_m = tl.load(seed_m)
@@ -149,25 +152,22 @@ def _fake_quant_kernel(
     stab = (tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code)
     C2: tl.constexpr = BK // 2
     pid_k = tl.program_id(1)
-    first = (tl.program_id(0) == 0) & (pid_k == 0)
     ts_k = 1.0
     g_k = 1.0
+    fl_k = (0, 0.0)
     ts_m = 1.0
     g_m = 1.0
+    fl_m = (0, 0.0)
     if SCALE.TWO_LEVEL:
         if ALONG_K:
-            ts_k, g_k = tensor_scale(tl.load(amax_ptr), ts_den, SCALE)
-            if first:
-                tl.store(ts_ptr, ts_k)
+            ts_k, g_k, fl_k = _given_scales(tsv_ptr)
         if ALONG_M:
-            ts_m, g_m = tensor_scale(tl.load(amax_ptr + 1), ts_den, SCALE)
-            if first:
-                tl.store(ts_ptr + 1, ts_m)
+            ts_m, g_m, fl_m = _given_scales(tsv_ptr + 4)
     if not ALONG_M:
         rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, 1, BM, C2, True)
         xe, xo = _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND, WORDS)
         _along_k(xe, xo, outk_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed_k, signs_k_ptr, rscale_k,
-                 ts_k, g_k, etab, stab, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, FAST_RAND, SRW,
+                 ts_k, g_k, fl_k, etab, stab, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, FAST_RAND, SRW,
                  QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
     else:
         H: tl.constexpr = BM // 2
@@ -180,7 +180,7 @@ def _fake_quant_kernel(
                 else:
                     rr, a_e, ye, yo, rm_ = rows_o, ae_o, xoe, xoo, me_o
                 _along_k(ye, yo, outk_ptr, rr, kw, ce, a_e, a_e + 1, rm_, rm_ & wm, K, K2, seed_k, signs_k_ptr,
-                         rscale_k, ts_k, g_k, etab, stab, H, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP,
+                         rscale_k, ts_k, g_k, fl_k, etab, stab, H, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP,
                          FAST_RAND, SRW, QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
         # along M: per column parity, the even-row and odd-row halves form blocks of TC // 2 rows each
         if RHT_M > 0:
@@ -195,13 +195,43 @@ def _fake_quant_kernel(
             roe = ae_e
             roo = ae_e
         c_ee, c_oe, sc_e, S_e = quantize_halves(xee, xoe, ree, roe, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
-                                                ELEM, SCALE, QDIV_M, LEAN_OK)
+                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
         v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         c_eo, c_oo, sc_o, S_o = quantize_halves(xeo, xoo, reo, roo, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
-                                                ELEM, SCALE, QDIV_M, LEAN_OK)
+                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
         v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
         _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)
+
+
+@triton.jit
+def _given_scales(p):
+    """(ts, g, (floor code, floor value)) stored at p[0:4] by ``_tensor_scales_kernel``."""
+    return tl.load(p), tl.load(p + 1), (bits_of(tl.load(p + 2)), tl.load(p + 3))
+
+
+@triton.jit
+def _tensor_scales_kernel(part_ptr, tsv_ptr, n_part, ts_den, svals_ptr, BLOCK: tl.constexpr, SCALE: tl.constexpr):
+    """One program, for the K (j = 0) and the M (j = 1) output of a two-level format: the tensor amax (the maximum
+    of the amax pass's finite partial maxima ``part[j, :n_part]``), its tensor scale ts and encode scale g
+    (``quantize.tensor_scale``) and the multiplier floor of the block scales under that ts
+    (``quantize.multiplier_floor``; code 0, value 0 without one): ``tsv[4j : 4j + 4]`` = ts, g, the floor code's
+    int32 bits, the floor value. Once per tensor, where every program of the fake-quant kernel would compute
+    them."""
+    for j in tl.static_range(2):
+        m = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_part, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            m = tl.maximum(m, tl.load(part_ptr + j * n_part + offs, mask=offs < n_part, other=0.0))
+        ts, g = tensor_scale(tl.max(m, axis=0), ts_den, SCALE)
+        fcode = tl.full((), 0, tl.int32)
+        fval = tl.full((), 0.0, tl.float32)
+        if SCALE.BUMP_HI > 0:
+            fcode, fval = multiplier_floor(ts, svals_ptr, SCALE)
+        tl.store(tsv_ptr + 4 * j, ts)
+        tl.store(tsv_ptr + 4 * j + 1, g)
+        tl.store(tsv_ptr + 4 * j + 2, f32_of(fcode))
+        tl.store(tsv_ptr + 4 * j + 3, fval)
 
 
 @triton.jit

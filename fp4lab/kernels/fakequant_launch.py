@@ -43,6 +43,7 @@ class _Plan:
     fixed: tuple = ()  # runtime scalars that depend on the format only
     two_level: bool = False
     amax: Any = None  # CachedLaunch of the tensor-amax pass (two-level formats)
+    scales: Any = None  # CachedLaunch of the tensor-scales kernel after it (two-level formats)
     view_dtype: Any = None  # dtype of the output view the kernel writes
     words: bool = False  # the kernel reads bf16 pairs as int32 words
     scratch: Any = None
@@ -118,7 +119,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     import triton
 
-    from fp4lab.kernels.fakequant import _amax2_kernel, _fake_quant_kernel
+    from fp4lab.kernels.fakequant import _amax2_kernel, _fake_quant_kernel, _tensor_scales_kernel
     from fp4lab.kernels.host import CachedLaunch, device_array, interpreting
     from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
     from fp4lab.kernels.quantize_launch import kernel_tables
@@ -159,7 +160,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     fixed = (ep.half, ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
              sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
              float(rht_scale(rk)) if rk else 1.0, float(rht_scale(rm)) if rm else 1.0)
-    amax = None
+    amax = scales = None
     if sp.two_level:
         # the finite amax of the tensor each output quantizes (rotated along its own axis first), in one read
         abm, abk, awarps = _amax_tile(rk, rm, K, M, interp)
@@ -169,12 +170,16 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
                                                    RHT_K=rk, RHT_M=rm),
                             {} if interp else {"enable_fp_fusion": False, "num_warps": awarps},
                             fixed=(signs_k, signs_m, fixed[12], fixed[13], M, K, K // 2), n_lead=2)
+        scales = CachedLaunch(_tensor_scales_kernel, (1,), dict(BLOCK=1024, SCALE=sp.cx),
+                              {} if interp else {"enable_fp_fusion": False, "num_warps": 4},
+                              fixed=(g[0] * g[1], fixed[6], tables[10]), n_lead=2)
     f = fixed
     thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = tables
     args = (thr, ctab, f[0], lvl, sctab, igap, vals, f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals,
-            f[6], f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
-    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=5)
-    plan.signs_k, plan.signs_m, plan.fixed, plan.two_level, plan.amax = signs_k, signs_m, fixed, sp.two_level, amax
+            f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
+    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=4)
+    plan.signs_k, plan.signs_m, plan.fixed, plan.two_level = signs_k, signs_m, fixed, sp.two_level
+    plan.amax, plan.scales = amax, scales
 
 
 def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, *, along_k: Blocking | None = None,
@@ -188,7 +193,8 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     blocking (None otherwise), and the 1-element fp32 tensor scales of two-level formats (None otherwise); with
     ``apply_tensor_scale=False`` the outputs leave the tensor scale out (a GEMM applies it to its result).
     Everything but the seeds is checked once per distinct call signature; repeated calls cost a dictionary
-    lookup, the output allocations and one (two for two-level formats) kernel launch on the host.
+    lookup, the output allocations and one kernel launch on the host (three for two-level formats: the amax pass,
+    the tensor scales, the fake-quant pass).
     """
     import torch
 
@@ -215,13 +221,12 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     M, K = x.shape
     dev = x.device
     xk = x.view(torch.int32) if plan.words else x
-    ts = amax = plan.scratch
+    tsv = plan.scratch
     if plan.two_level:
-        ts = torch.empty(2, dtype=torch.float32, device=dev)
-        amax = torch.empty(2, dtype=torch.float32, device=dev)
+        tsv = torch.empty(8, dtype=torch.float32, device=dev)  # (ts, g, floor code, floor value) for K, for M
         part = torch.empty((2, plan.amax.grid[0] * plan.amax.grid[1]), dtype=torch.float32, device=dev)
         plan.amax(xk, part)
-        torch.amax(part, dim=1, out=amax)
+        plan.scales(part, tsv)
     yk = ym = None
     vk = vm = plan.dummy_out
     if along_k is not None:
@@ -231,12 +236,12 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
         ym = torch.empty((M, K), dtype=plan.out_dtype, device=dev)
         vm = ym.view(plan.view_dtype)
     if seed_ptr:
-        plan.launch(xk, vk, vm, amax, ts, _seed_tensor(along_k, plan), _seed_tensor(along_m, plan))
+        plan.launch(xk, vk, vm, tsv, _seed_tensor(along_k, plan), _seed_tensor(along_m, plan))
     else:
-        plan.launch(xk, vk, vm, amax, ts, int(along_k.seed) if along_k is not None else 0,
+        plan.launch(xk, vk, vm, tsv, int(along_k.seed) if along_k is not None else 0,
                     int(along_m.seed) if along_m is not None else 0)
-    ts_k = ts[0:1] if plan.two_level and along_k is not None else None
-    ts_m = ts[1:2] if plan.two_level and along_m is not None else None
+    ts_k = tsv[0:1] if plan.two_level and along_k is not None else None
+    ts_m = tsv[4:5] if plan.two_level and along_m is not None else None
     return yk, ym, ts_k, ts_m
 
 

@@ -188,7 +188,7 @@ def _multiplier_ok(code, m, svals_ptr, SCALE: tl.constexpr):
 
 
 @triton.jit
-def _multiplier_floor(ts, svals_ptr, SCALE: tl.constexpr):
+def multiplier_floor(ts, svals_ptr, SCALE: tl.constexpr):
     """Scalars (code, value) of range_policy.multiplier_floor: the smallest scale code in [BUMP_LO, BUMP_HI] (the
     positive scale codes, ascending in value) whose scale S is positive with a finite multiplier m / S,
     m = div_rn(1, ts) (1 single-level); value 0 (no floor) if none. m / S is finite iff S > m / (2^128 - 2^103),
@@ -366,14 +366,15 @@ def tensor_scale(amax_t, ts_den, SCALE: tl.constexpr):
 @triton.jit
 def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
                     TC: tl.constexpr, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
-                    QDIV: tl.constexpr, LEAN_OK: tl.constexpr):
+                    QDIV: tl.constexpr, LEAN_OK: tl.constexpr, floor, FLOOR_GIVEN: tl.constexpr):
     """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
     (METHOD != 0; tensor scale ts and encode scale g of two-level formats): (code_e, code_o [BM, C2], scale codes,
     decoded scales [blocks of the tile]); element-only formats return zero-sized scale placeholders (0, 1).
     ``etab`` / ``stab``: the element and scale tables (see ``_quantize_kernel``). Range edges
     (range_policy.kernel_constants): BUMP_HI > 0: the multiplier floor over scale codes [BUMP_LO, BUMP_HI] (then a
     lean tile may hold raised blocks: their multipliers are finite); S_CRIT > 0: decoded-range caps for blocks
-    with S >= S_CRIT, off the lean path."""
+    with S >= S_CRIT, off the lean path. FLOOR_GIVEN: ``floor`` holds that floor's (code, value) for this ``ts``
+    (``multiplier_floor``, computed once per tensor by the caller) instead of each call computing it."""
     BUMP: tl.constexpr = SCALE.BUMP_HI > 0
     N_TG: tl.constexpr = SCALE.N_TG
     TH: tl.constexpr = TC // 2
@@ -384,7 +385,10 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
     else:
         tg_ptr, itg_ptr, _stab, _scpos, svals_ptr, _min_s, _max_s, _zero_code, _inf_code, _snan_code = stab
         if BUMP:
-            fcode, fval = _multiplier_floor(ts, svals_ptr, SCALE)
+            if FLOOR_GIVEN:
+                fcode, fval = floor
+            else:
+                fcode, fval = multiplier_floor(ts, svals_ptr, SCALE)
         eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
         ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
         reb = _blocks(re, BM, C2, TR, TH, TWO_D)
@@ -479,7 +483,7 @@ def _quantize_kernel(
         if (pid_m == 0) & (pid_k == 0):
             tl.store(ts_ptr, ts)
     code_e, code_o, best_sc, best_S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM, C2, TR, TC, TWO_D,
-                                                      ELEM, SCALE, QDIV, LEAN_OK)
+                                                      ELEM, SCALE, QDIV, LEAN_OK, (0, 0.0), False)
     if SCALE.METHOD != 0:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)

@@ -11,10 +11,10 @@ Per training step of a layer with input X [M, K] and weight W [N, K] (``fp4lab.r
 Operands are the recipe's formats, dequantized in the rotated basis (the two rotated operands of a GEMM multiply
 to the unrotated product). Two-level formats (NVFP4) leave their tensor scales out of the operands, whose
 element x block-scale products are then exact in bf16, and multiply the GEMM's fp32-accumulated output by
-``ts_a * ts_b`` instead, in cuBLAS's epilogue (``scaled_mm``). Stochastic rounding draws from a Philox key per (layer, step, operand use)
-(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits. Under data parallelism a
-``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the rows of the global batch
-they are, so the bits equal those of one process over the global batch.
+``ts_a * ts_b`` instead, in cuBLAS's epilogue (``scaled_mm``). Stochastic rounding draws from a Philox key per
+(layer, step, operand use) (``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits.
+Under data parallelism a ``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the
+rows of the global batch they are, so the bits equal those of one process over the global batch.
 """
 
 from __future__ import annotations

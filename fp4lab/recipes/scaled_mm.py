@@ -1,17 +1,18 @@
-"""``C = scale * (A @ B) (+ bias)`` on CUDA as one cuBLAS GEMM whose output scale ``scale`` is an fp32 scalar in device
-memory: the folded tensor scales of two-level recipes (NVFP4) without a host synchronization, so a training step
-stays capturable in a CUDA graph, and without a second pass over C.
+"""``C = scale * (A @ B) (+ bias)`` on CUDA as one cuBLAS GEMM whose output scale ``scale`` is an fp32 scalar in
+device memory: the folded tensor scales of two-level recipes (NVFP4) without a host synchronization, so a
+training step stays capturable in a CUDA graph, and without a second pass over C.
 
 cuBLAS's GEMM epilogue computes ``alpha * acc + beta * C`` in fp32 from the fp32-accumulated product and rounds
-it once to C's dtype (round to nearest even); a bias is C's initial rows with ``beta = 1`` (else 0); ``alpha`` is read from device memory when the GEMM runs
-(``CUBLAS_POINTER_MODE_DEVICE``), so a graph replay reads the current step's scale. The call is ``cublasGemmEx``
-(bf16 or fp16 operands, fp32 compute, bf16 / fp16 / fp32 output) on torch's own cuBLAS handle and stream, with
-torch's math mode for reduced-precision reductions (``torch.backends.cuda.matmul
-.allow_bf16_reduced_precision_reduction``); the handle's pointer mode is restored afterwards.
+it once to C's dtype (round to nearest even); a bias is C's initial rows with ``beta = 1`` (else 0). ``alpha``
+is read from device memory when the GEMM runs (``CUBLAS_POINTER_MODE_DEVICE``), so a graph replay reads the
+current step's scale. The call is ``cublasGemmEx`` (bf16 or fp16 operands, fp32 compute, bf16 / fp16 / fp32
+output) on torch's own cuBLAS handle and stream, with torch's math mode for reduced-precision reductions
+(``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction``); the handle's pointer mode is restored
+afterwards.
 
 ``scaled_mm`` returns None where this path does not apply (no CUDA cuBLAS found in the process, other dtypes,
-layouts that are neither row- nor column-major); callers then multiply C by the scale in a separate pass, a
-second rounding of bf16 outputs.
+layouts that are neither row- nor column-major, a first call inside a CUDA-graph capture); callers then multiply
+C by the scale in a separate pass, a second rounding of bf16 outputs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import functools
 from typing import Any, NamedTuple
 
 import torch
+
+from fp4lab.errors import DeviceError
 
 _OP_N, _OP_T = 0, 1
 _CUDA_TYPE = {torch.float32: 0, torch.float16: 2, torch.bfloat16: 14}  # cudaDataType_t
@@ -149,4 +152,4 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, out_dtype: 
 
 def _check(status: int, what: str) -> None:
     if status != 0:
-        raise RuntimeError(f"scaled_mm: {what} returned cuBLAS status {status}")
+        raise DeviceError(f"scaled_mm: {what} returned cuBLAS status {status}")

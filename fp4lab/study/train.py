@@ -20,7 +20,9 @@ Files in the run folder ``cfg.out``:
 * ``checkpoint.pt``: model, optimizer, step, each QuantLinear's ``step``, RNG states and the open interval's
   sums, written every ``ckpt_every`` steps, when a run stops early and at the end (deleted then unless
   ``keep_checkpoint``);
-* ``done.json``: written when the run has finished.
+* ``done.json``: written when the run has finished; for FP8 recipes also ``fp8_rows``, per GEMM the operand rows
+  converted to E4M3 and those that took the bf16 path, over the block linears and the steps (evaluation forwards
+  included) of the process that finished the run.
 
 A run folder with a checkpoint resumes from it; rows logged after the checkpoint are dropped first, so a resumed
 run writes the same rows (on the CPU, the same bits) as an uninterrupted one. Its configuration must agree with
@@ -57,7 +59,7 @@ import torch.nn.functional as F
 
 from fp4lab.errors import InputError
 from fp4lab.recipes import get_recipe, recipe_to_toml
-from fp4lab.recipes.linear import quantize_model
+from fp4lab.recipes.linear import QuantLinear, quantize_model
 from fp4lab.study import diagnostics, distributed
 from fp4lab.study.data import Corpus, eval_windows, load_corpus, train_batch
 from fp4lab.study.logs import METRIC_COLUMNS, CsvLog, write_json
@@ -444,12 +446,26 @@ def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus
         par.barrier()
         return RunResult("paused", step, run, logs.rows)
     if par.is_main:
+        fp8 = _fp8_rows(model)
         write_json(run / "done.json", {"step": step, "final": logs.rows[-1] if logs.rows else None,
-                                       "elapsed_s": loop.elapsed()})
+                                       "elapsed_s": loop.elapsed(), **({"fp8_rows": fp8} if fp8 else {})})
         if not cfg.keep_checkpoint:
             (run / "checkpoint.pt").unlink()
     par.barrier()  # rank 0's files are written before any rank looks at the run folder again
     return RunResult("done", step, run, logs.rows)
+
+
+def _fp8_rows(model: torch.nn.Module) -> dict[str, dict[str, int]] | None:
+    """FP8 recipes: ``QuantLinear.fp8_stats`` summed over the model's layers (None for other recipes)."""
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear) and m.recipe.gemm_dtype.startswith("fp8")]
+    if not layers:
+        return None
+    out = {g: {"rows": 0, "bf16_rows": 0} for g in ("fprop", "dgrad", "wgrad")}
+    for m in layers:
+        for g, c in m.fp8_stats.items():
+            out[g]["rows"] += c["rows"]
+            out[g]["bf16_rows"] += c["bf16_rows"]
+    return out
 
 
 def _train_step(model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, corpus: Corpus, step: int,
