@@ -7,6 +7,7 @@
 3. ``scaled_mm`` (the cuBLAS GEMM with a device-memory output scale of two-level recipes) in every operand layout:
    against a float64 product, against the two-pass ``torch.mm`` then multiply, inside a CUDA graph whose scale
    changes between replays, and its time against ``torch.mm`` alone and ``torch.mm`` plus the multiply.
+   ``mxfp4-fp8`` with an input row that takes the bf16 path, against ``mxfp4`` on CUDA.
 4. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
    the host time per call.
 
@@ -131,6 +132,35 @@ def check_layer(tokens: int, k: int, n: int) -> dict[str, Any]:
         out[name] = {"operand_mismatches": mism, "rel_err_vs_f64": errs}
         print(f"layer {name}: operand mismatches CPU vs CUDA {mism}; relative error of the CUDA GEMMs vs float64 "
               f"products of the same operands {errs}", flush=True)
+    return out
+
+
+def check_fp8_unfit_rows() -> dict[str, Any]:
+    """mxfp4-fp8 on CUDA with an input row spanning 40 binades (not E4M3 times one power of two: the bf16 path)
+    against the mxfp4 recipe on CUDA (same operand bits, bf16 GEMMs): forward and gradients, and the counts."""
+    from fp4lab.recipes import QuantLinear
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 512, dtype=torch.bfloat16, device="cuda")
+    x[5, :256] *= 2.0 ** 20
+    x[5, 256:] *= 2.0 ** -20
+    dy = torch.randn(256, 384, dtype=torch.bfloat16, device="cuda")
+    res = {}
+    for name in ("mxfp4", "mxfp4-fp8"):
+        layer = QuantLinear(512, 384, bias=False, recipe=name, seed=3, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(384, 512, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16))
+        xd = x.clone().requires_grad_(True)
+        y = layer(xd)
+        y.backward(dy)
+        res[name] = (y.detach().double(), xd.grad.double(), layer.weight.grad.double(), layer.fp8_stats)
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a - b).norm() / b.norm())
+    a, b = res["mxfp4-fp8"], res["mxfp4"]
+    out = {"fp8_stats": a[3], "rel_diff_vs_mxfp4": {"y": rel(a[0], b[0]), "dx": rel(a[1], b[1]), "dw": rel(a[2], b[2]),
+                                                    "y_row5": rel(a[0][5], b[0][5])}}
+    print(f"mxfp4-fp8 with an unfit input row, against mxfp4 on CUDA: {out}", flush=True)
     return out
 
 
@@ -267,6 +297,8 @@ def main() -> None:
         out["layer"] = check_layer(256, 512, 384)
         save()
         out["scaled_mm"] = check_scaled_mm()
+        save()
+        out["fp8_unfit_rows"] = check_fp8_unfit_rows()
         save()
     if not args.skip_timing:
         out["timing"] = time_kernels(args.tiles)

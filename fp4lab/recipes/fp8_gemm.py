@@ -33,7 +33,7 @@ path, so a CPU layer gives the bf16 recipe's results bit for bit when every row 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -135,9 +135,27 @@ def scaled_mm(a: E4M3Rows, b: E4M3Rows, out_dtype: torch.dtype, fast_accum: bool
     return y if bias is None else y.add_(bias.to(out_dtype))
 
 
+def unfit_counts_later(ops: list[E4M3Rows]) -> Callable[[], list[int]]:
+    """Start moving the unfit-row counts of ``ops`` to the host; the returned function waits for them (one host
+    synchronization). On CUDA they go to pinned memory behind an event, so GPU work queued between the two
+    calls (the FP8 GEMMs) keeps the GPU busy while the host waits."""
+    counts = torch.stack([op.unfit.sum() for op in ops])
+    if not counts.is_cuda:
+        return lambda: [int(c) for c in counts.tolist()]
+    host = torch.empty(counts.shape, dtype=counts.dtype, pin_memory=True)
+    host.copy_(counts, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+
+    def wait() -> list[int]:
+        done.synchronize()
+        return [int(c) for c in host.tolist()]
+    return wait
+
+
 def unfit_counts(ops: list[E4M3Rows]) -> list[int]:
     """Unfit rows per operand, in one host synchronization."""
-    return [int(c) for c in torch.stack([op.unfit.sum() for op in ops]).tolist()]
+    return unfit_counts_later(ops)()
 
 
 def fp8_gemm(a: E4M3Rows, b: E4M3Rows, a_bf16: torch.Tensor, b_bf16: torch.Tensor, out_dtype: torch.dtype,
@@ -145,7 +163,13 @@ def fp8_gemm(a: E4M3Rows, b: E4M3Rows, a_bf16: torch.Tensor, b_bf16: torch.Tenso
     """``A @ B^T`` for A [M, K], B [N, K] given as E4M3 operands (rows along K) and as bf16 tensors of the same
     values (any strides); rows of A and rows of B that do not fit (``n_unfit`` counts them) take the bf16 path:
     ``a_bf16[i] @ b_bf16^T`` and ``a_bf16 @ b_bf16[j]^T`` with fp32 accumulation, written over the FP8 result."""
-    y = scaled_mm(a, b, out_dtype, fast_accum, bias)
+    return fix_unfit(scaled_mm(a, b, out_dtype, fast_accum, bias), a, b, a_bf16, b_bf16, out_dtype, n_unfit, bias)
+
+
+def fix_unfit(y: torch.Tensor, a: E4M3Rows, b: E4M3Rows, a_bf16: torch.Tensor, b_bf16: torch.Tensor,
+              out_dtype: torch.dtype, n_unfit: tuple[int, int], bias: Any = None) -> torch.Tensor:
+    """``y``, the FP8 product of ``fp8_gemm``, with the rows and columns of unfit operand rows recomputed by the bf16
+    path (in place where any)."""
     if n_unfit[0]:
         i = a.unfit.nonzero().flatten()
         y[i] = _bf16_mm(a_bf16[i], b_bf16.t(), out_dtype, bias)
