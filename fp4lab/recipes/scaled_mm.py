@@ -115,7 +115,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, out_dtype: 
     fp16 or fp32. None where the path does not apply."""
     args = gemm_args(a, b) if a.dim() == b.dim() == 2 else None
     if (args is None or not a.is_cuda or a.dtype != b.dtype or a.dtype not in (torch.bfloat16, torch.float16)
-            or out_dtype not in _CUDA_TYPE or a.device != b.device or scale.numel() != 1
+            or out_dtype not in _CUDA_TYPE or not a.device == b.device == scale.device or scale.numel() != 1
+            or (bias is not None and (bias.device != a.device or bias.shape != (b.shape[1],)))
             or a.data_ptr() % 16 or b.data_ptr() % 16 or min(a.shape + b.shape) == 0):
         return None
     lib = _cublas()
@@ -128,25 +129,26 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, out_dtype: 
         c = torch.empty(shape, dtype=out_dtype, device=a.device)
     else:
         c = bias.to(out_dtype).expand(shape).contiguous()
-    handle = ctypes.c_void_p(torch.cuda.current_blas_handle())  # (sets torch's current stream on the handle)
     math = _DEFAULT_MATH
     if a.dtype == torch.bfloat16 and not torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction:
         math = _DISALLOW_REDUCED_PRECISION_REDUCTION
     if a.dtype == torch.float16 and not torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction:
         math = _DISALLOW_REDUCED_PRECISION_REDUCTION
     t = _CUDA_TYPE[a.dtype]
-    _check(lib.cublasSetPointerMode_v2(handle, _POINTER_DEVICE), "cublasSetPointerMode")
-    try:
-        _check(lib.cublasSetMathMode(handle, math), "cublasSetMathMode")
-        status = lib.cublasGemmEx(handle, args.transa, args.transb, args.m, args.n, args.k, alpha.data_ptr(),
-                                  b.data_ptr(), t, args.lda, a.data_ptr(), t, args.ldb,
-                                  beta.data_ptr() + (0 if bias is None else 4),
-                                  c.data_ptr(), _CUDA_TYPE[out_dtype], args.ldc, _COMPUTE_32F,
-                                  _GEMM_DEFAULT_TENSOR_OP)
-        _check(status, "cublasGemmEx")
-    finally:
-        lib.cublasSetPointerMode_v2(handle, _POINTER_HOST)
-        lib.cublasSetMathMode(handle, _DEFAULT_MATH)
+    with torch.cuda.device(a.device):  # the handle and stream of the operands' device
+        handle = ctypes.c_void_p(torch.cuda.current_blas_handle())  # (sets torch's current stream on the handle)
+        _check(lib.cublasSetPointerMode_v2(handle, _POINTER_DEVICE), "cublasSetPointerMode")
+        try:
+            _check(lib.cublasSetMathMode(handle, math), "cublasSetMathMode")
+            status = lib.cublasGemmEx(handle, args.transa, args.transb, args.m, args.n, args.k, alpha.data_ptr(),
+                                      b.data_ptr(), t, args.lda, a.data_ptr(), t, args.ldb,
+                                      beta.data_ptr() + (0 if bias is None else 4),
+                                      c.data_ptr(), _CUDA_TYPE[out_dtype], args.ldc, _COMPUTE_32F,
+                                      _GEMM_DEFAULT_TENSOR_OP)
+            _check(status, "cublasGemmEx")
+        finally:
+            lib.cublasSetPointerMode_v2(handle, _POINTER_HOST)
+            lib.cublasSetMathMode(handle, _DEFAULT_MATH)
     return c
 
 
