@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -22,7 +23,15 @@ from fp4lab.recipes.linear import fake_quantize
 from fp4lab.study.model import GPT, SIZES
 
 
-def _table(p: profile, rows: int) -> str:
+def _profiled(step: Callable[[], None], warmup: int, steps: int, rows: int) -> str:
+    """Kernel table (by CUDA time) of ``steps`` calls of ``step`` after ``warmup`` unprofiled ones."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
     return p.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=260)
 
 
@@ -39,14 +48,7 @@ def profile_layer(name: str) -> str:
         layer.weight.grad = None
         x.grad = None
         layer(x).backward(dy)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(5):
-            step()
-        torch.cuda.synchronize()
-    return f"===== layer {name} (5 steps)\n{_table(p, 25)}"
+    return f"===== layer {name} (5 steps)\n{_profiled(step, 3, 5, 25)}"
 
 
 def profile_step(name: str) -> str:
@@ -65,14 +67,7 @@ def profile_step(name: str) -> str:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(2):
-            step()
-        torch.cuda.synchronize()
-    return f"===== step {name} (2 steps)\n{_table(p, 30)}"
+    return f"===== step {name} (2 steps)\n{_profiled(step, 3, 2, 30)}"
 
 
 def gemm_data_dependence() -> dict[str, float]:
