@@ -59,6 +59,7 @@ import torch.nn.functional as F
 
 from fp4lab.errors import InputError
 from fp4lab.recipes import get_recipe, recipe_to_toml
+from fp4lab.recipes.config import FP8_GEMM_DTYPES
 from fp4lab.recipes.linear import QuantLinear, quantize_model
 from fp4lab.study import diagnostics, distributed
 from fp4lab.study.data import Corpus, eval_windows, load_corpus, train_batch
@@ -457,7 +458,7 @@ def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus
 
 def _fp8_rows(model: torch.nn.Module) -> dict[str, dict[str, int]] | None:
     """FP8 recipes: ``QuantLinear.fp8_stats`` summed over the model's layers (None for other recipes)."""
-    layers = [m for m in model.modules() if isinstance(m, QuantLinear) and m.recipe.gemm_dtype.startswith("fp8")]
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear) and m.recipe.gemm_dtype in FP8_GEMM_DTYPES]
     if not layers:
         return None
     out = {g: {"rows": 0, "bf16_rows": 0} for g in ("fprop", "dgrad", "wgrad")}
