@@ -3,8 +3,8 @@
     PYTHONPATH=. python benchmarks/bench_kernels.py --json out.json [--quick]
 
 * quantize bf16 16384x8192 -> packed codes + scale codes (mxfp4, nvfp4, ufp4; rtne, sr with 24 random bits per
-  element (the default contract) and with 16 (``sr_bits`` of the built-in recipes), keys ``sr`` and ``sr16``) against a
-  device-to-device copy of the input (bandwidth = bytes read + written / time), a torch.compile'd hand-written
+  element (the default contract), with 16 (``sr_bits`` of the built-in recipes) and with 8, keys ``sr``, ``sr16``,
+  ``sr8``) against a device-to-device copy of the input (bandwidth = bytes read + written / time), a torch.compile'd hand-written
   MXFP4/NVFP4 quantizer and torchao's compiled ``NVFP4Tensor.to_nvfp4`` (if torchao imports);
 * fused RHT-16 + quantize over quantize alone;
 * dequantize packed codes + scale codes -> bf16 against the copy;
@@ -41,7 +41,7 @@ from fp4lab.kernels.tile import grouped_tile
 ROWS, COLS = 16384, 8192
 FORMATS = ("mxfp4", "nvfp4", "ufp4")
 # key -> (rounding, random bits per element): the default SR contract, and the width of the built-in recipes
-SR_MODES = {"rtne": ("rtne", 24), "sr": ("sr", 24), "sr16": ("sr", 16)}
+SR_MODES = {"rtne": ("rtne", 24), "sr": ("sr", 24), "sr16": ("sr", 16), "sr8": ("sr", 8)}
 
 
 def t_ms(fn, rep: int = 200) -> float:

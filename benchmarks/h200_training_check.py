@@ -10,6 +10,9 @@
    ``mxfp4-fp8`` with an input row that takes the bf16 path, against ``mxfp4`` on CUDA.
 4. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
    the host time per call.
+5. The narrow-draw SR encoder (directed-rounding FMAs on the GPU, a float64 twin in the interpreter) on its edges:
+   quantize and fake-quantize of CUDA tensors whose elements sit where the reference's p = fl(1 - x) rounds and
+   around every threshold, at 4, 8 and 16 random bits, against the CPU reference.
 
     python benchmarks/h200_training_check.py --json out.json [--tiles]
 """
@@ -33,6 +36,50 @@ from fp4lab.kernels.verify import make_input
 def _bits(t: Any) -> np.ndarray:
     a = t.float().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, np.float32)
     return np.where(np.isnan(a), np.uint32(0x7FC00000), a.view(np.uint32))
+
+
+def _edge_input(fmt: Any, bits: int, seed: int, rows: int, cols: int) -> np.ndarray:
+    """Blocks led by the grid's largest level (block scale 1 for E8M0 scales); the other elements negative below
+    half the finest step u and within 2^-25 u of their draw's v * u, or near a threshold (``tests/test_sr_bits.py``
+    builds the same for mxfp4 in the interpreter)."""
+    from fp4lab.emulator.philox import sr_random_bits_reference
+
+    g = fmt.element
+    top, u = float(g.levels[-1]), float(g.levels[1] - g.levels[0])
+    r = sr_random_bits_reference(seed, rows * cols, bits).astype(np.int64) >> (24 - bits)
+    v = ((1 << bits) - 1 - r) / 2.0**bits
+    rng = np.random.default_rng(bits)
+    off = rng.choice(np.array([-2.0, -1.0, -0.5, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]) * 2.0**-25, v.size)
+    thr = g.thresholds("rtne")
+    near = rng.choice(thr[thr > 0], v.size) * (1 + rng.integers(-3, 4, v.size) * 2.0**-23)
+    x = np.where(v < 0.5, -(v + off) * u, np.where(rng.random(v.size) < 0.5, -near, near)).astype(np.float32)
+    x = x.reshape(rows, cols)
+    x[:, ::fmt.block_size] = top
+    return x
+
+
+def check_narrow_sr_edges(dev: str = "cuda", rows: int = 256, cols: int = 1024) -> dict[str, Any]:
+    from fp4lab.emulator.ref_quantize import quantize_reference
+    from fp4lab.kernels.api import quantize_cuda
+
+    cases, total, bad = [], 0, 0
+    for name in ("mxfp4", "ufp4-e8m0"):
+        fmt = fp4lab.get_format(name)
+        for bits in (4, 8, 16):
+            x = _edge_input(fmt, bits, 91, rows, cols)
+            opts = fp4lab.QuantizeOptions("sr", seed=91, axis=-1, sr_bits=bits)
+            got = quantize_cuda(torch.from_numpy(x).to(dev), fmt, opts)
+            want = quantize_reference(x, fmt, opts)
+            nq = int(np.count_nonzero(got.codes.cpu().numpy() != np.asarray(want.codes)))
+            yk, _, _, _ = fake_quantize_triton(torch.from_numpy(x).to(dev), fmt, "sr", along_k=Blocking(None, 0, 91),
+                                               sr_bits=bits, out_dtype=torch.float32)
+            ref, _ = fake_quantize_emulated(x, fmt, "sr", 91, -1, None, 0, bits, "fp32")
+            nf = int(np.count_nonzero(_bits(yk) != _bits(ref)))
+            cases.append({"format": name, "sr_bits": bits, "quantize_mismatches": nq, "fakequant_mismatches": nf})
+            total += 2 * x.size
+            bad += nq + nf
+            print(f"narrow SR edges {name} sr_bits={bits}: quantize {nq}, fake-quant {nf} mismatches", flush=True)
+    return {"elements": total, "mismatches": bad, "cases": cases}
 
 
 def check_kernel(rows: int, cols: int) -> dict[str, Any]:
@@ -292,6 +339,8 @@ def main() -> None:
             with open(args.json, "w") as fh:
                 json.dump(out, fh, indent=2, default=str)
     if not args.skip_checks:
+        out["narrow_sr_edges"] = check_narrow_sr_edges()
+        save()
         out["kernel"] = check_kernel(args.rows, args.cols)
         save()
         out["layer"] = check_layer(256, 512, 384)

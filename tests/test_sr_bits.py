@@ -335,6 +335,41 @@ def test_triton_quantize_sr_every_width(name, bits):
         assert_same_qt(got, want)
 
 
+def _edge_tile(bits: int, seed: int, rows: int = 16, cols: int = 128) -> np.ndarray:
+    """An mxfp4 input [rows, cols] on the narrow-draw encoder's edges: each block of 32 starts with 6.0 (block
+    scale 1, so t = x), the other elements are negative and below half the grid's finest step u = 0.5, within
+    2^-25 u of v * u (v = (2^w - 1 - r) / 2^w of the element's own draw r), where the reference's p = fl(1 - x)
+    rounds; the rest of the draws (v >= 1/2) get values around their own thresholds."""
+    n = rows * cols
+    r = sr_random_bits_reference(seed, n, bits).astype(np.int64) >> (24 - bits)
+    v = ((1 << bits) - 1 - r) / 2.0**bits
+    rng = np.random.default_rng(bits)
+    off = rng.choice(np.array([-2.0, -1.0, -0.5, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]) * 2.0**-25, n)
+    x = np.where(v < 0.5, -(v + off) * 0.5, -(v - 0.5 + off * 2**20)).astype(np.float32)
+    x = x.reshape(rows, cols)
+    x[:, ::32] = 6.0
+    return x
+
+
+@pytest.mark.parametrize("bits", (4, 8, 16))
+def test_triton_quantize_sr_narrow_draw_edges(bits):
+    """The narrow-draw encoder (``tile.encode_fbits_sr_unit``) on the inputs where its binade-0 rule must follow
+    the reference's rounding of p = fl(1 - x): every code equals the reference's, and the inputs do reach the
+    case (elements whose exact-arithmetic code differs from the reference's)."""
+    fmt = fp4lab.get_format("mxfp4")
+    x = _edge_tile(bits, 77)
+    opts = QuantizeOptions("sr", seed=77, axis=-1, sr_bits=bits)
+    got = quantize_triton(torch.from_numpy(x), fmt, opts)
+    want = quantize_reference(x, fmt, opts)
+    assert np.array_equal(got.codes.numpy(), want.codes)
+    r = sr_random_bits_reference(77, x.size, bits).astype(np.int64) >> (24 - bits)
+    v = ((1 << bits) - 1 - r) / 2.0**bits
+    a = np.abs(x.reshape(-1).astype(np.float64)) / 0.5
+    exact_up = (a > v) & (a < 0.5)  # exact arithmetic: magnitude u iff a / u > v
+    ref_up = (np.asarray(want.codes).reshape(-1) & 7) == 1
+    assert np.count_nonzero(exact_up != ref_up) >= 100
+
+
 @pytest.mark.parametrize("bits", (4, 8, 16))
 def test_triton_quantize_sr_general_random_path(bits):
     """Where one Philox call's elements (32, 16, 8 at 4, 8, 16 bits) do not line up with the row or the tile, the

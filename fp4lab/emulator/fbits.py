@@ -71,9 +71,53 @@ def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) ->
     return np.where(c_lo >= cmax, cmax, c_lo + (up != neg))
 
 
+MAGIC = F32(1.5 * 2.0 ** 23)  # fp32 with ulp 1 over [2^23, 2^24): M + k for |k| < 2^22 keeps k in its low bits
+
+
+def sr_unit(r: np.ndarray, bits: int) -> np.ndarray:
+    """fp32 ``1 + v`` of w-bit draws r (w = ``bits`` < 24), v = (2^w - 1 - r) / 2^w: the kernels' form of a
+    narrow draw, built from bits as ``(r << (23 - w)) ^ (mask << (23 - w) | 0x3F800000)``."""
+    m = (1 << bits) - 1
+    b = (np.asarray(r, np.int64) << (23 - bits)) ^ ((m << (23 - bits)) | 0x3F800000)
+    return b.astype(np.uint32).view(F32)
+
+
+def _floor_sum(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """floor(a * b + c) of fp32 operands, exact for the encoder's operands (b a power of two, c a multiple of
+    2^-24 in [-1, 1) or an integer): the value the GPU's ``fma.rm`` rounds down to keeps this floor."""
+    return np.floor(a.astype(np.float64) * np.float64(b) + c.astype(np.float64))
+
+
+def fbits_sr_unit(t: np.ndarray, unit: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
+    """Magnitude code of SR(t) on an ExMy grid for narrow draws (``unit`` = ``sr_unit(r, w)``, w < 24), as the
+    kernels' ``tile.encode_fbits_sr_unit`` computes it with directed-rounding FMAs instead of truncating |t|.
+
+    In code space the grid is the concave function C(a) = min_j (a * s_j + o_j) over the binades j (s_j =
+    2^(m - emin - j), o_j = j * 2^m), and the reference's rule ``up iff floor(p * 2^w) > r`` is, with v = (2^w -
+    1 - r) / 2^w, the code floor(C(a) + v) for t >= 0 and ceil(C(a) - v) for t < 0; floor and ceil commute with
+    the minimum, and for signed t both are |floor(t * s_j + v)| + o_j. One exception follows the reference's
+    rounding: for t < 0 in binade 0 it computes p = fl(1 - a * s_0), which rounds when a < u / 2, so that binade
+    takes floor(fl(1 + t * s_0) + v - 1). Each floor is an FMA rounded down (its floor is the exact one), then an
+    FMA rounded down onto sign * (MAGIC + o_j), whose bits then hold the candidate; the code is the smallest
+    candidate and cmax."""
+    t = np.asarray(t, F32)
+    v = (np.asarray(unit, F32) - F32(1.0)).astype(F32)
+    neg = np.signbit(t)
+    s1 = np.where(neg, F32(1.0), F32(0.0)).astype(F32)
+    nb = (cmax + 1) >> m
+    with np.errstate(invalid="ignore", over="ignore"):
+        y0 = (t * F32(2.0 ** (m - emin)) + s1).astype(F32)  # exact product, one rounding: fma.rn
+        best = np.abs(_floor_sum(y0, 1.0, (v - s1).astype(F32)))
+        for j in range(1, nb - 1):
+            best = np.minimum(best, np.abs(_floor_sum(t, 2.0 ** (m - emin - j), v)) + (j << m))
+    best = np.where(np.isnan(best), cmax, best)  # NaN t: any code (the NaN policy replaces it)
+    return np.minimum(best, cmax).astype(np.int64)
+
+
 def fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: np.ndarray) -> bool:
-    """True when fbits_det (rtne) and fbits_sr give encode_elements' codes on levels, thresholds, their fp32
-    neighbours and random data, both signs (NaN/overflow policies apply afterwards in both)."""
+    """True when fbits_det (rtne), fbits_sr and fbits_sr_unit (at 4, 8 and 16 random bits) give encode_elements'
+    codes on levels, thresholds, their fp32 neighbours and random data, both signs (NaN/overflow policies apply
+    afterwards in both)."""
     g = fmt.element
     rng = np.random.default_rng(0)
     pts = np.concatenate([g.levels.astype(F32), thr.astype(F32), [F32(2.0 ** (emin - m - 1)), F32(1e-30), 0.0]])
@@ -96,4 +140,10 @@ def fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: n
         got = fbits_sr(t, r, m, emin, cmax) | sign
         if not np.array_equal(got, encode_elements(t, g, "sr", r.astype(np.uint32), **kw).astype(np.int64)):
             return False
+    for w in (4, 8, 16):  # the narrow-draw encoder, its draws as the kernels build them
+        for r in (np.zeros(t.size, np.int64), np.full(t.size, (1 << w) - 1), rng.integers(0, 1 << w, t.size)):
+            comparand = ((r << (24 - w)) | ((1 << (24 - w)) - 1)).astype(np.uint32)
+            got = fbits_sr_unit(t, sr_unit(r, w), m, emin, cmax) | sign
+            if not np.array_equal(got, encode_elements(t, g, "sr", comparand, **kw).astype(np.int64)):
+                return False
     return True

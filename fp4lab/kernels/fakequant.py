@@ -114,7 +114,7 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
     if RHT_N > 0:
         xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, R, C2, RHT_N, False)
     if ELEM.SR:
-        re, ro = philox_pairs(seed, addr_e, addr_o, rows, tl.program_id(1) * BK, K, R, C2, FAST_RAND, SRW)
+        re, ro = philox_pairs(seed, addr_e, addr_o, rows, tl.program_id(1) * BK, K, R, C2, FAST_RAND, SRW, ELEM.FBITS)
     else:
         re = addr_e
         ro = addr_o
@@ -187,8 +187,8 @@ def _fake_quant_kernel(
             xee, xoe = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
             xeo, xoo = rht_row_pairs(xeo, xoo, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
         if ELEM.SR:
-            ree, reo = philox_pairs(seed_m, ae_e, ae_e + 1, rows_e, pid_k * BK, K, H, C2, FAST_RAND, SRW)
-            roe, roo = philox_pairs(seed_m, ae_o, ae_o + 1, rows_o, pid_k * BK, K, H, C2, FAST_RAND, SRW)
+            ree, reo = philox_pairs(seed_m, ae_e, ae_e + 1, rows_e, pid_k * BK, K, H, C2, FAST_RAND, SRW, ELEM.FBITS)
+            roe, roo = philox_pairs(seed_m, ae_o, ae_o + 1, rows_o, pid_k * BK, K, H, C2, FAST_RAND, SRW, ELEM.FBITS)
         else:
             ree = ae_e
             reo = ae_e

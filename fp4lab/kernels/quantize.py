@@ -15,7 +15,7 @@ import triton.language as tl
 
 from fp4lab.kernels.tile import (
     FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_fbits_det,
-    encode_fbits_sr, encode_float_scale, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs,
+    encode_fbits_sr, encode_fbits_sr_unit, encode_float_scale, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs,
     pow2_exponent, rht_pairs, rht_tile, scale_tile,
 )
 
@@ -91,7 +91,9 @@ def _encode(t, rnd, etab, ELEM: tl.constexpr, NAN_T: tl.constexpr):
     ``_quantize_kernel``) and the element policies; NAN_T: t may be NaN."""
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, _vals, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg = etab
     if ELEM.FBITS:
-        if ELEM.SR:
+        if ELEM.SR and rnd.dtype == tl.float32:  # narrow draws as 1 + v (tile.philox_pairs with FBITS)
+            code = encode_fbits_sr_unit(t, rnd, ELEM)
+        elif ELEM.SR:
             code = encode_fbits_sr(t, rnd, ELEM)
         else:
             code = encode_fbits_det(t, ELEM)
@@ -472,7 +474,7 @@ def _quantize_kernel(
     if RHT_N > 0:
         xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, BM, C2, RHT_N, False)
     if ELEM.SR:
-        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND, SRW)
+        re, ro = philox_pairs(seed, addr_e, addr_o, rows, pid_k * BK, K, BM, C2, FAST_RAND, SRW, ELEM.FBITS)
     else:
         re = addr_e
         ro = addr_o

@@ -1,21 +1,28 @@
 """Triton device helpers shared by the kernels: tile indices, bit tricks, table counts, element/scale encoding, RHT.
 
 Everything here is bit-exact between the GPU and ``TRITON_INTERPRET=1``: integer/bit operations, IEEE fp32
-add/mul/compare, ``tl.div_rn`` (never ``/``), table lookups with ``tl.load``; no ``.to(bf16/fp8)``, no libdevice,
-no ``tl.sum``/``tl.dot`` on inexact data. Kernels are launched with ``enable_fp_fusion=False`` so no ``a*b+c`` is
+add/mul/compare, ``tl.div_rn`` (never ``/``), table lookups with ``tl.load``; no ``.to(bf16/fp8)``, no
+``tl.sum``/``tl.dot`` on inexact data. Kernels are launched with ``enable_fp_fusion=False`` so no ``a*b+c`` is
 contracted to an FMA; an explicit ``tl.fma`` appears only where its product is exact (a power-of-two multiple),
-so the GPU's single rounding equals the interpreter's mul-then-add. (The one GPU-only operation, dequantize's
-fp32 -> bf16 conversion, is IEEE round-to-nearest-even in hardware and has an integer twin for the interpreter.)
+so the GPU's single rounding equals the interpreter's mul-then-add. (The GPU-only operations have interpreter twins: dequantize's fp32 -> bf16 conversion, IEEE
+round-to-nearest-even in hardware, an integer one; the narrow-draw SR encoder's FMAs rounded toward -inf
+(libdevice ``fma_rd``), whose floors it uses, that floor computed in float64.)
 Float ``tl.minimum``/``tl.maximum`` take ``propagate_nan=ALL``: the GPU's default ``min.f32`` returns the non-NaN
 operand, numpy (the reference and the interpreter) returns NaN.
 """
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
+SR_MAGIC: tl.constexpr = tl.constexpr(12582912.0)  # 1.5 * 2^23: ulp 1 over [2^23, 2^24), emulator.fbits.MAGIC
+# how triton.jit decorated this module's functions (it reads the variable at decoration, as this does at import)
+INTERPRETED: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
 
 @triton.jit
@@ -269,6 +276,41 @@ def encode_fbits_sr(t, rand24, ELEM: tl.constexpr):
 
 
 @triton.jit
+def _floor_fma(a, b, c):
+    """fp32 whose floor is floor(a * b + c) (exact): on the GPU the FMA rounded toward -inf (``fma.rm.f32``, which
+    keeps the floor of its exact result); in the interpreter that floor, in float64 (exact for the encoder's
+    operands: ``emulator.fbits._floor_sum``)."""
+    if INTERPRETED:
+        return tl.floor(a.to(tl.float64) * b + c.to(tl.float64)).to(tl.float32)
+    else:
+        return libdevice.fma_rd(a, b, c)
+
+
+@triton.jit
+def encode_fbits_sr_unit(t, unit, ELEM: tl.constexpr):
+    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid for narrow draws given as ``unit`` = 1 + v,
+    v = (2^w - 1 - r) / 2^w (``_sr_draw``): per binade j the candidate |floor(t * s_j + v)| + o_j, each floor an
+    FMA rounded down and then rounded down onto sign * (SR_MAGIC + o_j), whose bits hold the candidate; binade 0
+    as the reference rounds it for t < 0 (p = fl(1 + t * s_0)). The code is the smallest candidate and
+    FB_CMAX (``emulator.fbits.fbits_sr_unit`` is the numpy twin and states the argument); | sign * SIGN_OR."""
+    FB_M: tl.constexpr = ELEM.FB_M
+    FB_EMIN: tl.constexpr = ELEM.FB_EMIN
+    FB_CMAX: tl.constexpr = ELEM.FB_CMAX
+    NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
+    v = unit - 1.0
+    sig = f32_of((bits_of(t) & -2147483648) | 0x3F800000)  # +-1 by the sign bit
+    s1 = tl.fma(sig, -0.5, 0.5)  # 1 for t < 0, else 0
+    y0 = tl.fma(t, 2.0 ** (FB_M - FB_EMIN), s1)  # exact product, one rounding
+    c = bits_of(_floor_fma(sig, SR_MAGIC, _floor_fma(y0, 1.0, v - s1))).to(tl.uint32, bitcast=True)
+    c = tl.minimum(c, bits_of(sig * (SR_MAGIC + FB_CMAX)).to(tl.uint32, bitcast=True))
+    for j in tl.static_range(1, NB - 1):
+        cj = _floor_fma(sig, SR_MAGIC + j * (1 << FB_M), _floor_fma(t, 2.0 ** (FB_M - FB_EMIN - j), v))
+        c = tl.minimum(c, bits_of(cj).to(tl.uint32, bitcast=True))
+    code = c.to(tl.int32, bitcast=True) & 0x3FFFFF
+    return code | (negative(t, ELEM.SZ_POS) * ELEM.SIGN_OR)
+
+
+@triton.jit
 def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF: tl.constexpr, NAN_T: tl.constexpr):
     """Overflow policy (OVF 1: NaN code, 2: signed Inf codes at |t| >= ovf_thr) and, when NAN_T (t may be NaN),
     the NaN element code."""
@@ -481,13 +523,23 @@ def _sr_comparand(r, SRW: tl.constexpr):
 
 
 @triton.jit
+def _sr_draw(r, SRW: tl.constexpr, UNIT: tl.constexpr):
+    """A SRW-bit draw r (int32) as the encoders take it: the 24-bit comparand, or with UNIT the fp32 1 + v,
+    v = (2^SRW - 1 - r) / 2^SRW (``encode_fbits_sr_unit``; ``emulator.fbits.sr_unit``)."""
+    if UNIT:
+        return f32_of((r << (23 - SRW)) ^ ((((1 << SRW) - 1) << (23 - SRW)) | 0x3F800000))
+    else:
+        return _sr_comparand(r, SRW)
+
+
+@triton.jit
 def _interleave4(a, b, c, d):
     """[..., 4 * n] from four [..., n]: a0 b0 c0 d0 a1 b1 ... along a new minor axis, flattened by the caller."""
     return tl.join(tl.join(a, c), tl.join(b, d))
 
 
 @triton.jit
-def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr):
+def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr, UNIT: tl.constexpr):
     """Even/odd-half comparands [R, C2] of the elements served by calls w0..w3 [R, C2 // (2 * PER)] of one
     row, PER = 32 // SRW: call element o takes field o % PER of word o // PER, so the even elements of a call
     are (word j, even fields) in (j, field) order and the odd ones the odd fields."""
@@ -511,11 +563,11 @@ def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.co
                              _interleave4(w0 >> 28, w1 >> 28, w2 >> 28, w3 >> 28)))
     re = tl.reshape(re, [R, C2]).to(tl.int32)
     ro = tl.reshape(ro, [R, C2]).to(tl.int32)
-    return _sr_comparand(re, SRW), _sr_comparand(ro, SRW)
+    return _sr_draw(re, SRW, UNIT), _sr_draw(ro, SRW, UNIT)
 
 
 @triton.jit
-def _draw_at(seed, addr, SRW: tl.constexpr):
+def _draw_at(seed, addr, SRW: tl.constexpr, UNIT: tl.constexpr):
     """24-bit comparand of the elements at flat offsets ``addr`` (one Philox call per element)."""
     if SRW == 24:
         a0, a1, a2, a3 = tl.randint4x(seed, addr // 4)
@@ -527,16 +579,18 @@ def _draw_at(seed, addr, SRW: tl.constexpr):
         j = (addr // PER) % 4
         w = tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3)))
         r = (w >> ((addr % PER) * SRW).to(tl.uint32)) & ((1 << SRW) - 1)
-        return _sr_comparand(r.to(tl.int32), SRW)
+        return _sr_draw(r.to(tl.int32), SRW, UNIT)
 
 
 @triton.jit
 def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr,
-                 SRW: tl.constexpr = 24):
+                 SRW: tl.constexpr = 24, FBITS: tl.constexpr = False):
     """24-bit SR comparands (int32) for the even and odd halves at random-bit width SRW (the contract of
     ``fp4lab.emulator.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
     i = address). FAST (rows contiguous, K and k0 multiples of the elements per call): one Philox call per 4
-    (SRW = 24) or 4 * 32 / SRW consecutive elements."""
+    (SRW = 24) or 4 * 32 / SRW consecutive elements. FBITS (the element encoder is a bit-arithmetic one) with
+    SRW < 24: the draws as fp32 1 + v for ``encode_fbits_sr_unit`` instead of comparands."""
+    UNIT: tl.constexpr = FBITS and SRW < 24
     if FAST:
         if SRW == 24:
             g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C2 // 2))[None, :]
@@ -548,9 +602,9 @@ def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.cons
             E: tl.constexpr = 4 * (32 // SRW)
             g = rows[:, None] * (K // E) + (k0 // E + tl.arange(0, (2 * C2) // E))[None, :]
             w0, w1, w2, w3 = tl.randint4x(seed, g)
-            return _narrow_fields(w0, w1, w2, w3, R, C2, SRW)
+            return _narrow_fields(w0, w1, w2, w3, R, C2, SRW, UNIT)
     else:
-        return _draw_at(seed, addr_e, SRW), _draw_at(seed, addr_o, SRW)
+        return _draw_at(seed, addr_e, SRW, UNIT), _draw_at(seed, addr_o, SRW, UNIT)
 
 
 @triton.jit
