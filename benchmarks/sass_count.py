@@ -159,7 +159,7 @@ def main() -> None:
         elif args.kernel == "quantize":
             cap = q._quantize_kernel = Capture(q._quantize_kernel)
             try:
-                quantize_triton(x, fmt, fp4lab.QuantizeOptions(mode or "rtne", 1), packed=True,
+                quantize_triton(x, fmt, fp4lab.QuantizeOptions(mode or "rtne", 1, sr_bits=int(srw or 24)), packed=True,
                                 tensor_amax=x.float().abs().max().reshape(1), store_scales=False, tile=(bm, bk, warps))
             finally:
                 q._quantize_kernel = cap.kernel
