@@ -10,9 +10,9 @@
    ``mxfp4-fp8`` with an input row that takes the bf16 path, against ``mxfp4`` on CUDA.
 4. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
    the host time per call.
-5. The narrow-draw SR encoder (directed-rounding FMAs on the GPU, a float64 twin in the interpreter) on its edges:
+5. The bit-arithmetic SR encoder (directed-rounding FMAs on the GPU, a float64 twin in the interpreter) on its edges:
    quantize and fake-quantize of CUDA tensors whose elements sit where the reference's p = fl(1 - x) rounds and
-   around every threshold, at 4, 8 and 16 random bits, against the CPU reference.
+   around every threshold, at 4, 8, 16 and 24 random bits, against the CPU reference.
 
     python benchmarks/h200_training_check.py --json out.json [--tiles]
 """
@@ -58,14 +58,14 @@ def _edge_input(fmt: Any, bits: int, seed: int, rows: int, cols: int) -> np.ndar
     return x
 
 
-def check_narrow_sr_edges(dev: str = "cuda", rows: int = 256, cols: int = 1024) -> dict[str, Any]:
+def check_sr_encoder_edges(dev: str = "cuda", rows: int = 256, cols: int = 1024) -> dict[str, Any]:
     from fp4lab.emulator.ref_quantize import quantize_reference
     from fp4lab.kernels.api import quantize_cuda
 
     cases, total, bad = [], 0, 0
     for name in ("mxfp4", "ufp4-e8m0"):
         fmt = fp4lab.get_format(name)
-        for bits in (4, 8, 16):
+        for bits in (4, 8, 16, 24):
             x = _edge_input(fmt, bits, 91, rows, cols)
             opts = fp4lab.QuantizeOptions("sr", seed=91, axis=-1, sr_bits=bits)
             got = quantize_cuda(torch.from_numpy(x).to(dev), fmt, opts)
@@ -78,7 +78,7 @@ def check_narrow_sr_edges(dev: str = "cuda", rows: int = 256, cols: int = 1024) 
             cases.append({"format": name, "sr_bits": bits, "quantize_mismatches": nq, "fakequant_mismatches": nf})
             total += 2 * x.size
             bad += nq + nf
-            print(f"narrow SR edges {name} sr_bits={bits}: quantize {nq}, fake-quant {nf} mismatches", flush=True)
+            print(f"SR encoder edges {name} sr_bits={bits}: quantize {nq}, fake-quant {nf} mismatches", flush=True)
     return {"elements": total, "mismatches": bad, "cases": cases}
 
 
@@ -339,7 +339,7 @@ def main() -> None:
             with open(args.json, "w") as fh:
                 json.dump(out, fh, indent=2, default=str)
     if not args.skip_checks:
-        out["narrow_sr_edges"] = check_narrow_sr_edges()
+        out["sr_encoder_edges"] = check_sr_encoder_edges()
         save()
         out["kernel"] = check_kernel(args.rows, args.cols)
         save()

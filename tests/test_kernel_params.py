@@ -1,5 +1,4 @@
-"""The numpy twins of the kernels' bit-arithmetic encoders (``emulator.fbits.fbits_det``, ``fbits_sr``,
-``fbits_sr_unit``) against the
+"""The numpy twins of the kernels' bit-arithmetic encoders (``emulator.fbits.fbits_det``, ``fbits_sr``) against the
 reference encoder on a dense sample of fp32 values, and the guard that keeps the built-in float grids on that
 path (a twin that stopped matching would silently send them to the slower threshold tables)."""
 
@@ -12,7 +11,7 @@ import fp4lab
 from fp4lab.emulator.ref_encode import encode_elements
 from fp4lab.formats.grids import FloatGrid
 from fp4lab.formats.quant_format import NAMED_GRIDS
-from fp4lab.emulator.fbits import fbits_det, fbits_sr, fbits_sr_unit, sr_unit
+from fp4lab.emulator.fbits import fbits_det, fbits_sr
 from fp4lab.kernels.params import element_params
 
 F32 = np.float32
@@ -52,11 +51,11 @@ def test_fbits_twins_match_the_reference_encoder(element):
 
 
 @pytest.mark.parametrize("element", ["e2m1", "e1m2", "e3m2", "e2m3"])
-@pytest.mark.parametrize("bits", [4, 8, 16])
-def test_narrow_draw_twin_matches_the_reference_encoder(element, bits):
-    """``fbits_sr_unit`` with the draws as the kernels build them (``sr_unit``) gives the reference's codes for the
-    comparands of the same draws, on the dense sample and on negatives below half the finest step u that lie
-    within 2^-25 u of each draw's v * u (there the reference's p = fl(1 - |t| / u) rounds)."""
+@pytest.mark.parametrize("bits", [4, 8, 16, 24])
+def test_sr_twin_matches_the_reference_at_every_width(element, bits):
+    """``fbits_sr`` gives the reference's codes for the comparands of w-bit draws, on the dense sample and on
+    negatives below half the finest step u that lie within 2^-25 u of each draw's v * u, ties included (there
+    the reference's p = fl(1 - |t| / u) rounds)."""
     g = FloatGrid(**{k: v for k, v in NAMED_GRIDS[element].items() if k != "kind"})
     m, emin = g.mantissa_bits, 1 - g.exponent_bias
     cmax = (1 << (g.bits - 1)) - 1
@@ -74,7 +73,7 @@ def test_narrow_draw_twin_matches_the_reference_encoder(element, bits):
         r = np.concatenate([r, r_edge[keep]])
         comparand = ((r << (24 - bits)) | ((1 << (24 - bits)) - 1)).astype(np.uint32)
         want = encode_elements(t, g, "sr", comparand, **POLICY).astype(np.int64)
-        assert np.array_equal(fbits_sr_unit(t, sr_unit(r, bits), m, emin, cmax) | sign, want)
+        assert np.array_equal(fbits_sr(t, comparand, m, emin, cmax) | sign, want)
 
 
 @pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "nvfp4-te", "ufp4-e4m3", "e2m1", "e1m2"])

@@ -336,7 +336,7 @@ def test_triton_quantize_sr_every_width(name, bits):
 
 
 def _edge_tile(bits: int, seed: int, rows: int = 16, cols: int = 128) -> np.ndarray:
-    """An mxfp4 input [rows, cols] on the narrow-draw encoder's edges: each block of 32 starts with 6.0 (block
+    """An mxfp4 input [rows, cols] on the SR encoder's edges: each block of 32 starts with 6.0 (block
     scale 1, so t = x), the other elements are negative and below half the grid's finest step u = 0.5, within
     2^-25 u of v * u (v = (2^w - 1 - r) / 2^w of the element's own draw r), where the reference's p = fl(1 - x)
     rounds; the rest of the draws (v >= 1/2) get values around their own thresholds."""
@@ -351,9 +351,9 @@ def _edge_tile(bits: int, seed: int, rows: int = 16, cols: int = 128) -> np.ndar
     return x
 
 
-@pytest.mark.parametrize("bits", (4, 8, 16))
-def test_triton_quantize_sr_narrow_draw_edges(bits):
-    """The narrow-draw encoder (``tile.encode_fbits_sr_unit``) on the inputs where its binade-0 rule must follow
+@pytest.mark.parametrize("bits", WIDTHS)
+def test_triton_quantize_sr_encoder_edges(bits):
+    """The bit-arithmetic SR encoder (``tile.encode_fbits_sr``) on the inputs where its binade-0 rule must follow
     the reference's rounding of p = fl(1 - x): every code equals the reference's, and the inputs do reach the
     case (elements whose exact-arithmetic code differs from the reference's)."""
     fmt = fp4lab.get_format("mxfp4")

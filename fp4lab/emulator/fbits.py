@@ -42,66 +42,37 @@ def fbits_det(t: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
     return code - _u32(big)
 
 
-def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
-    """Magnitude code of SR(t) on an ExMy grid, as the kernel computes it from |t|'s bits: lo_m = |t| truncated
-    to the grid (0 below the smallest step), gap = 2^(E - m) with E = max(exponent(|t|), emin), the signed
-    neighbours (lo_m, lo_m + gap) or (-(lo_m + gap), -lo_m), p = (t - lo) * (1 / gap) (exact: gap is a power of
-    two), up iff floor(p * 2^24) > rand24; |t| >= the largest level (lo_m's code >= cmax) gives cmax."""
-    t = np.asarray(t, F32)
-    a = np.abs(t)
-    b = _u32(a)
-    eb = b >> 23
-    E = np.maximum(eb, 127 + emin)
-    sh = np.minimum(23 - m + (E - eb), 31)
-    sp = F32(2.0 ** (emin - m))
-    lo_bits = np.where(a < sp, 0, (b >> sh) << sh)
-    lo_m = lo_bits.astype(np.uint32).view(F32)
-    gap = ((E - m) << 23).astype(np.uint32).view(F32)
-    ig = ((254 - E + m) << 23).astype(np.uint32).view(F32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        hi_m = (lo_m + gap).astype(F32)
-        neg = t < 0
-        lo = np.where(neg, -hi_m, lo_m).astype(F32)
-        p = ((t - lo).astype(F32) * ig).astype(F32)
-        f24 = np.where(np.isfinite(p), p * F32(16777216.0), 0).astype(np.int64)
-    up = f24 > np.asarray(rand24, np.int64)
-    sub = a < F32(2.0 ** emin)
-    w = np.where(sub, (lo_m + F32(2.0 ** emin)).astype(F32), lo_m)
-    c_lo = (_u32(w) >> (23 - m)) - ((127 + emin - 1) << m) - np.where(sub, 1 << m, 0)
-    return np.where(c_lo >= cmax, cmax, c_lo + (up != neg))
-
-
 MAGIC = F32(1.5 * 2.0 ** 23)  # fp32 with ulp 1 over [2^23, 2^24): M + k for |k| < 2^22 keeps k in its low bits
 
 
-def sr_unit(r: np.ndarray, bits: int) -> np.ndarray:
-    """fp32 ``1 + v`` of w-bit draws r (w = ``bits`` < 24), v = (2^w - 1 - r) / 2^w: the kernels' form of a
-    narrow draw, built from bits as ``(r << (23 - w)) ^ (mask << (23 - w) | 0x3F800000)``."""
-    m = (1 << bits) - 1
-    b = (np.asarray(r, np.int64) << (23 - bits)) ^ ((m << (23 - bits)) | 0x3F800000)
-    return b.astype(np.uint32).view(F32)
+def sr_v(rand24: np.ndarray) -> np.ndarray:
+    """fp32 v = (2^24 - 1 - c) / 2^24 of 24-bit SR comparands c (exact): the kernels' form of a draw. For a w-bit
+    draw r (comparand ``r << (24 - w) | (2^(24 - w) - 1)``) it is (2^w - 1 - r) / 2^w."""
+    return ((np.int64(0xFFFFFF) - np.asarray(rand24, np.int64)).astype(F32) * F32(2.0 ** -24)).astype(F32)
 
 
-def _floor_sum(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """floor(a * b + c) of fp32 operands, exact for the encoder's operands (b a power of two, c a multiple of
-    2^-24 in [-1, 1) or an integer): the value the GPU's ``fma.rm`` rounds down to keeps this floor."""
+def _floor_sum(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
+    """floor(a * b + c) in float64 for fp32 a, a power of two b and c a multiple of 2^-24 in (-1, 1): the floor
+    that the GPU's ``fma.rm`` keeps. The product is exact; the sum is exact for 2^-29 <= |a * b| < 2^28 (at most
+    53 bits); below, it lies within 2^-29 of c, which is 0 or at least 2^-24 from an integer, so its rounding
+    crosses none; above, it may be one off, but such a candidate exceeds every code."""
     return np.floor(a.astype(np.float64) * np.float64(b) + c.astype(np.float64))
 
 
-def fbits_sr_unit(t: np.ndarray, unit: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
-    """Magnitude code of SR(t) on an ExMy grid for narrow draws (``unit`` = ``sr_unit(r, w)``, w < 24), as the
-    kernels' ``tile.encode_fbits_sr_unit`` computes it with directed-rounding FMAs instead of truncating |t|.
+def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
+    """Magnitude code of SR(t) on an ExMy grid for 24-bit comparands ``rand24`` (any width's: see ``sr_v``), as
+    the kernels' ``tile.encode_fbits_sr`` computes it with FMAs rounded toward -inf.
 
     In code space the grid is the concave function C(a) = min_j (a * s_j + o_j) over the binades j (s_j =
-    2^(m - emin - j), o_j = j * 2^m), and the reference's rule ``up iff floor(p * 2^w) > r`` is, with v = (2^w -
-    1 - r) / 2^w, the code floor(C(a) + v) for t >= 0 and ceil(C(a) - v) for t < 0; floor and ceil commute with
-    the minimum, and for signed t both are |floor(t * s_j + v)| + o_j. One exception follows the reference's
-    rounding: for t < 0 in binade 0 it computes p = fl(1 - a * s_0), which rounds when a < u / 2, so that binade
-    takes floor(fl(1 + t * s_0) + v - 1). Each floor is an FMA rounded down (its floor is the exact one), then an
-    FMA rounded down onto sign * (MAGIC + o_j), whose bits then hold the candidate; the code is the smallest
-    candidate and cmax."""
+    2^(m - emin - j), o_j = j * 2^m). With v = ``sr_v(rand24)``, the reference's rule ``up iff floor(p * 2^24) >
+    rand24`` gives the code floor(C(a) + v) for t >= 0 and ceil(C(a) - v) for t < 0, as long as its p is exact;
+    floor and ceil commute with the minimum, and for signed t both are |floor(t * s_j + v)| + o_j. Its p is
+    inexact in one place: for t < 0 in binade 0 it is fl(1 - a * s_0), which rounds when a < u / 2, so that
+    binade takes floor(fl(1 + t * s_0) + v - 1) (then exactly the reference's p compared with 1 - v). Each floor
+    is an FMA rounded down (which keeps the floor), then an FMA rounded down onto sign * (MAGIC + o_j), whose bits
+    hold the candidate; the code is the smallest candidate and cmax."""
     t = np.asarray(t, F32)
-    v = (np.asarray(unit, F32) - F32(1.0)).astype(F32)
+    v = sr_v(rand24)
     neg = np.signbit(t)
     s1 = np.where(neg, F32(1.0), F32(0.0)).astype(F32)
     nb = (cmax + 1) >> m
@@ -115,7 +86,7 @@ def fbits_sr_unit(t: np.ndarray, unit: np.ndarray, m: int, emin: int, cmax: int)
 
 
 def fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: np.ndarray) -> bool:
-    """True when fbits_det (rtne), fbits_sr and fbits_sr_unit (at 4, 8 and 16 random bits) give encode_elements'
+    """True when fbits_det (rtne) and fbits_sr (comparands of 24, 16, 8 and 4 random bits) give encode_elements'
     codes on levels, thresholds, their fp32 neighbours and random data, both signs (NaN/overflow policies apply
     afterwards in both)."""
     g = fmt.element
@@ -140,10 +111,10 @@ def fbits_ok(fmt: QuantFormat, m: int, emin: int, cmax: int, vmax: float, thr: n
         got = fbits_sr(t, r, m, emin, cmax) | sign
         if not np.array_equal(got, encode_elements(t, g, "sr", r.astype(np.uint32), **kw).astype(np.int64)):
             return False
-    for w in (4, 8, 16):  # the narrow-draw encoder, its draws as the kernels build them
+    for w in (4, 8, 16):  # the comparands of narrow draws
         for r in (np.zeros(t.size, np.int64), np.full(t.size, (1 << w) - 1), rng.integers(0, 1 << w, t.size)):
             comparand = ((r << (24 - w)) | ((1 << (24 - w)) - 1)).astype(np.uint32)
-            got = fbits_sr_unit(t, sr_unit(r, w), m, emin, cmax) | sign
+            got = fbits_sr(t, comparand, m, emin, cmax) | sign
             if not np.array_equal(got, encode_elements(t, g, "sr", comparand, **kw).astype(np.int64)):
                 return False
     return True

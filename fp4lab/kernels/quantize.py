@@ -15,7 +15,7 @@ import triton.language as tl
 
 from fp4lab.kernels.tile import (
     FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_fbits_det,
-    encode_fbits_sr, encode_fbits_sr_unit, encode_float_scale, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs,
+    encode_fbits_sr, encode_float_scale, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs,
     pow2_exponent, rht_pairs, rht_tile, scale_tile,
 )
 
@@ -87,13 +87,12 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 
 @triton.jit
 def _encode(t, rnd, etab, ELEM: tl.constexpr, NAN_T: tl.constexpr):
-    """Element codes of fp32 ``t`` (SR comparands ``rnd``) with the element tables ``etab`` (see
+    """Element codes of fp32 ``t`` (SR draws ``rnd``: int32 comparands, fp32 v for the bit-arithmetic encoder:
+    ``tile.philox_pairs``) with the element tables ``etab`` (see
     ``_quantize_kernel``) and the element policies; NAN_T: t may be NaN."""
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, _vals, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg = etab
     if ELEM.FBITS:
-        if ELEM.SR and rnd.dtype == tl.float32:  # narrow draws as 1 + v (tile.philox_pairs with FBITS)
-            code = encode_fbits_sr_unit(t, rnd, ELEM)
-        elif ELEM.SR:
+        if ELEM.SR:  # rnd: the draws as fp32 v (tile.philox_pairs with FBITS)
             code = encode_fbits_sr(t, rnd, ELEM)
         else:
             code = encode_fbits_det(t, ELEM)

@@ -246,36 +246,6 @@ def encode_fbits_det(t, ELEM: tl.constexpr):
 
 
 @triton.jit
-def encode_fbits_sr(t, rand24, ELEM: tl.constexpr):
-    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid by bit arithmetic (emulator.fbits.fbits_sr is the
-    numpy twin): |t| truncated to the grid gives lo_m and the power-of-two gap, so p = (t - lo) * (1 / gap) is
-    the exact quotient of the reference; magnitude code | sign * SIGN_OR."""
-    FB_M: tl.constexpr = ELEM.FB_M
-    FB_EMIN: tl.constexpr = ELEM.FB_EMIN
-    FB_CMAX: tl.constexpr = ELEM.FB_CMAX
-    a = tl.abs(t)
-    b = bits_of(a)
-    eb = b >> 23
-    E = tl.maximum(eb, 127 + FB_EMIN)
-    sh = tl.minimum(23 - FB_M + (E - eb), 31)
-    lo_bits = tl.where(a < 2.0 ** (FB_EMIN - FB_M), 0, (b >> sh) << sh)
-    lo_m = f32_of(lo_bits)
-    hi_m = lo_m + f32_of((E - FB_M) << 23)
-    neg = t < 0.0
-    lo = tl.where(neg, -hi_m, lo_m)
-    p = (t - lo) * f32_of((254 + FB_M - E) << 23)
-    p = tl.where(p > 0.0, p, 0.0)  # NaN (t = +-Inf) -> 0; the policies replace those codes
-    f24 = (p * 16777216.0).to(tl.int32)
-    up = f24 > rand24
-    sub = a < 2.0 ** FB_EMIN
-    w = tl.where(sub, lo_m + 2.0 ** FB_EMIN, lo_m)
-    c_lo = (bits_of(w) >> (23 - FB_M)) - ((127 + FB_EMIN - 1) << FB_M) - tl.where(sub, 1 << FB_M, 0)
-    c = c_lo + (up != neg).to(tl.int32)
-    c = tl.where(c_lo >= FB_CMAX, FB_CMAX, c)  # |t| >= the largest level (or Inf)
-    return c | (negative(t, ELEM.SZ_POS) * ELEM.SIGN_OR)
-
-
-@triton.jit
 def _floor_fma(a, b, c):
     """fp32 whose floor is floor(a * b + c) (exact): on the GPU the FMA rounded toward -inf (``fma.rm.f32``, which
     keeps the floor of its exact result); in the interpreter that floor, in float64 (exact for the encoder's
@@ -287,17 +257,16 @@ def _floor_fma(a, b, c):
 
 
 @triton.jit
-def encode_fbits_sr_unit(t, unit, ELEM: tl.constexpr):
-    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid for narrow draws given as ``unit`` = 1 + v,
-    v = (2^w - 1 - r) / 2^w (``_sr_draw``): per binade j the candidate |floor(t * s_j + v)| + o_j, each floor an
-    FMA rounded down and then rounded down onto sign * (SR_MAGIC + o_j), whose bits hold the candidate; binade 0
-    as the reference rounds it for t < 0 (p = fl(1 + t * s_0)). The code is the smallest candidate and
-    FB_CMAX (``emulator.fbits.fbits_sr_unit`` is the numpy twin and states the argument); | sign * SIGN_OR."""
+def encode_fbits_sr(t, v, ELEM: tl.constexpr):
+    """Stochastic-rounding codes of fp32 ``t`` on an ExMy float grid for draws given as fp32 v = (2^24 - 1 - c) /
+    2^24 of their comparands c (``_sr_draw``): per binade j the candidate |floor(t * s_j + v)| + o_j, each floor
+    an FMA rounded down and then rounded down onto sign * (SR_MAGIC + o_j), whose bits hold the candidate; binade
+    0 as the reference rounds it for t < 0 (p = fl(1 + t * s_0)). The code is the smallest candidate and FB_CMAX
+    (``emulator.fbits.fbits_sr`` is the numpy twin and states the argument); | sign * SIGN_OR."""
     FB_M: tl.constexpr = ELEM.FB_M
     FB_EMIN: tl.constexpr = ELEM.FB_EMIN
     FB_CMAX: tl.constexpr = ELEM.FB_CMAX
     NB: tl.constexpr = (FB_CMAX + 1) >> FB_M
-    v = unit - 1.0
     sig = f32_of((bits_of(t) & -2147483648) | 0x3F800000)  # +-1 by the sign bit
     s1 = tl.fma(sig, -0.5, 0.5)  # 1 for t < 0, else 0
     y0 = tl.fma(t, 2.0 ** (FB_M - FB_EMIN), s1)  # exact product, one rounding
@@ -523,11 +492,12 @@ def _sr_comparand(r, SRW: tl.constexpr):
 
 
 @triton.jit
-def _sr_draw(r, SRW: tl.constexpr, UNIT: tl.constexpr):
-    """A SRW-bit draw r (int32) as the encoders take it: the 24-bit comparand, or with UNIT the fp32 1 + v,
-    v = (2^SRW - 1 - r) / 2^SRW (``encode_fbits_sr_unit``; ``emulator.fbits.sr_unit``)."""
-    if UNIT:
-        return f32_of((r << (23 - SRW)) ^ ((((1 << SRW) - 1) << (23 - SRW)) | 0x3F800000))
+def _sr_draw(r, SRW: tl.constexpr, AS_V: tl.constexpr):
+    """A SRW-bit draw r (int32) as the encoders take it: the 24-bit comparand c = ``r << (24 - SRW) | (2^(24 -
+    SRW) - 1)``, or with AS_V the fp32 v = (2^24 - 1 - c) / 2^24 = (2^SRW - 1 - r) / 2^SRW (exact: at most 24
+    bits), for ``encode_fbits_sr`` (``emulator.fbits.sr_v``)."""
+    if AS_V:
+        return (r ^ ((1 << SRW) - 1)).to(tl.float32) * (2.0 ** -SRW)
     else:
         return _sr_comparand(r, SRW)
 
@@ -539,7 +509,7 @@ def _interleave4(a, b, c, d):
 
 
 @triton.jit
-def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr, UNIT: tl.constexpr):
+def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr, AS_V: tl.constexpr):
     """Even/odd-half comparands [R, C2] of the elements served by calls w0..w3 [R, C2 // (2 * PER)] of one
     row, PER = 32 // SRW: call element o takes field o % PER of word o // PER, so the even elements of a call
     are (word j, even fields) in (j, field) order and the odd ones the odd fields."""
@@ -563,48 +533,48 @@ def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.co
                              _interleave4(w0 >> 28, w1 >> 28, w2 >> 28, w3 >> 28)))
     re = tl.reshape(re, [R, C2]).to(tl.int32)
     ro = tl.reshape(ro, [R, C2]).to(tl.int32)
-    return _sr_draw(re, SRW, UNIT), _sr_draw(ro, SRW, UNIT)
+    return _sr_draw(re, SRW, AS_V), _sr_draw(ro, SRW, AS_V)
 
 
 @triton.jit
-def _draw_at(seed, addr, SRW: tl.constexpr, UNIT: tl.constexpr):
-    """24-bit comparand of the elements at flat offsets ``addr`` (one Philox call per element)."""
+def _draw_at(seed, addr, SRW: tl.constexpr, AS_V: tl.constexpr):
+    """Draws (``_sr_draw``) of the elements at flat offsets ``addr`` (one Philox call per element)."""
     if SRW == 24:
         a0, a1, a2, a3 = tl.randint4x(seed, addr // 4)
         j = addr % 4
-        return (tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3))) >> 8).to(tl.int32)
+        return _sr_draw((tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3))) >> 8).to(tl.int32), 24,
+                        AS_V)
     else:
         PER: tl.constexpr = 32 // SRW
         a0, a1, a2, a3 = tl.randint4x(seed, addr // (4 * PER))
         j = (addr // PER) % 4
         w = tl.where(j == 0, a0, tl.where(j == 1, a1, tl.where(j == 2, a2, a3)))
         r = (w >> ((addr % PER) * SRW).to(tl.uint32)) & ((1 << SRW) - 1)
-        return _sr_draw(r.to(tl.int32), SRW, UNIT)
+        return _sr_draw(r.to(tl.int32), SRW, AS_V)
 
 
 @triton.jit
 def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr,
                  SRW: tl.constexpr = 24, FBITS: tl.constexpr = False):
-    """24-bit SR comparands (int32) for the even and odd halves at random-bit width SRW (the contract of
+    """SR draws for the even and odd halves at random-bit width SRW (the contract of
     ``fp4lab.emulator.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
-    i = address). FAST (rows contiguous, K and k0 multiples of the elements per call): one Philox call per 4
-    (SRW = 24) or 4 * 32 / SRW consecutive elements. FBITS (the element encoder is a bit-arithmetic one) with
-    SRW < 24: the draws as fp32 1 + v for ``encode_fbits_sr_unit`` instead of comparands."""
-    UNIT: tl.constexpr = FBITS and SRW < 24
+    i = address): 24-bit comparands (int32), or with FBITS (the element encoder is the bit-arithmetic one) the
+    fp32 v that ``encode_fbits_sr`` takes (``_sr_draw``). FAST (rows contiguous, K and k0 multiples of the
+    elements per call): one Philox call per 4 (SRW = 24) or 4 * 32 / SRW consecutive elements."""
     if FAST:
         if SRW == 24:
             g = rows[:, None] * (K // 4) + (k0 // 4 + tl.arange(0, C2 // 2))[None, :]
             w0, w1, w2, w3 = tl.randint4x(seed, g)
             re = tl.reshape(tl.join(w0, w2), [R, C2])
             ro = tl.reshape(tl.join(w1, w3), [R, C2])
-            return (re >> 8).to(tl.int32), (ro >> 8).to(tl.int32)
+            return _sr_draw((re >> 8).to(tl.int32), 24, FBITS), _sr_draw((ro >> 8).to(tl.int32), 24, FBITS)
         else:
             E: tl.constexpr = 4 * (32 // SRW)
             g = rows[:, None] * (K // E) + (k0 // E + tl.arange(0, (2 * C2) // E))[None, :]
             w0, w1, w2, w3 = tl.randint4x(seed, g)
-            return _narrow_fields(w0, w1, w2, w3, R, C2, SRW, UNIT)
+            return _narrow_fields(w0, w1, w2, w3, R, C2, SRW, FBITS)
     else:
-        return _draw_at(seed, addr_e, SRW, UNIT), _draw_at(seed, addr_o, SRW, UNIT)
+        return _draw_at(seed, addr_e, SRW, FBITS), _draw_at(seed, addr_o, SRW, FBITS)
 
 
 @triton.jit
