@@ -23,13 +23,13 @@ def _launches(R: int, C: int, transpose: bool, device: Any) -> tuple:
         interp = interpreting()
         opts = {} if interp else {"num_warps": 4}
         if not transpose:
-            br, bc = 4, min(512, triton.next_power_of_2(C))
+            br, bc = 2, min(1024, triton.next_power_of_2(C))
             plan = (CachedLaunch(fk._rows_kernel, (math.ceil(R / br),),
                                  dict(BR=br, BC=bc, R_LO=fk.R_MIN, EVEN=R % br == 0 and C % bc == 0), opts,
                                  fixed=(R, C), n_lead=4),)
         else:
-            am, ak = min(64, triton.next_power_of_2(R)), min(256, triton.next_power_of_2(C))
-            bm, bk = min(32, triton.next_power_of_2(R)), min(128, triton.next_power_of_2(C))
+            am, ak = min(512, triton.next_power_of_2(R)), min(64, triton.next_power_of_2(C))
+            bm, bk = min(128, triton.next_power_of_2(R)), min(64, triton.next_power_of_2(C))
             plan = (CachedLaunch(fk._col_amax_kernel, (math.ceil(R / am), math.ceil(C / ak)),
                                  dict(BM=am, BK=ak, EVEN=R % am == 0 and C % ak == 0), opts, fixed=(R, C), n_lead=2),
                     CachedLaunch(fk._cols_kernel, (math.ceil(R / bm), math.ceil(C / bk)),
