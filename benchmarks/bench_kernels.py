@@ -4,8 +4,9 @@
 
 * quantize bf16 16384x8192 -> packed codes + scale codes (mxfp4, nvfp4, ufp4; rtne, sr with 24 random bits per
   element (the default contract), with 16 (``sr_bits`` of the built-in recipes) and with 8, keys ``sr``, ``sr16``,
-  ``sr8``) against a device-to-device copy of the input (bandwidth = bytes read + written / time), a torch.compile'd hand-written
-  MXFP4/NVFP4 quantizer and torchao's compiled ``NVFP4Tensor.to_nvfp4`` (if torchao imports);
+  ``sr8``) against a device-to-device copy of the input (bandwidth = bytes read + written / time), a
+  torch.compile'd hand-written MXFP4/NVFP4 quantizer and torchao's compiled ``NVFP4Tensor.to_nvfp4`` (if torchao
+  imports);
 * fused RHT-16 + quantize over quantize alone;
 * dequantize packed codes + scale codes -> bf16 against the copy;
 * GEMM 8192^3 on 4-bit operands: ``exact`` and ``fast`` (dequantize + cuBLAS, dequantization included) against

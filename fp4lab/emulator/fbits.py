@@ -42,9 +42,6 @@ def fbits_det(t: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
     return code - _u32(big)
 
 
-MAGIC = F32(1.5 * 2.0 ** 23)  # fp32 with ulp 1 over [2^23, 2^24): M + k for |k| < 2^22 keeps k in its low bits
-
-
 def sr_v(rand24: np.ndarray) -> np.ndarray:
     """fp32 v = (2^24 - 1 - c) / 2^24 of 24-bit SR comparands c (exact): the kernels' form of a draw. For a w-bit
     draw r (comparand ``r << (24 - w) | (2^(24 - w) - 1)``) it is (2^w - 1 - r) / 2^w."""
@@ -69,8 +66,8 @@ def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) ->
     floor and ceil commute with the minimum, and for signed t both are |floor(t * s_j + v)| + o_j. Its p is
     inexact in one place: for t < 0 in binade 0 it is fl(1 - a * s_0), which rounds when a < u / 2, so that
     binade takes floor(fl(1 + t * s_0) + v - 1) (then exactly the reference's p compared with 1 - v). Each floor
-    is an FMA rounded down (which keeps the floor), then an FMA rounded down onto sign * (MAGIC + o_j), whose bits
-    hold the candidate; the code is the smallest candidate and cmax."""
+    is an FMA rounded down (which keeps the floor), then an FMA rounded down onto sign * (1.5 * 2^23 + o_j), whose
+    bits hold the candidate; the code is the smallest candidate and cmax."""
     t = np.asarray(t, F32)
     v = sr_v(rand24)
     neg = np.signbit(t)

@@ -87,12 +87,12 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 
 @triton.jit
 def _encode(t, rnd, etab, ELEM: tl.constexpr, NAN_T: tl.constexpr):
-    """Element codes of fp32 ``t`` (SR draws ``rnd``: int32 comparands, fp32 v for the bit-arithmetic encoder:
-    ``tile.philox_pairs``) with the element tables ``etab`` (see
-    ``_quantize_kernel``) and the element policies; NAN_T: t may be NaN."""
+    """Element codes of fp32 ``t`` (SR draws ``rnd`` from ``tile.philox_pairs``: int32 comparands, or fp32 v for
+    the bit-arithmetic encoder) with the element tables ``etab`` (see ``_quantize_kernel``) and the element
+    policies; NAN_T: t may be NaN."""
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, _vals, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg = etab
     if ELEM.FBITS:
-        if ELEM.SR:  # rnd: the draws as fp32 v (tile.philox_pairs with FBITS)
+        if ELEM.SR:
             code = encode_fbits_sr(t, rnd, ELEM)
         else:
             code = encode_fbits_det(t, ELEM)

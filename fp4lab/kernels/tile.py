@@ -4,25 +4,25 @@ Everything here is bit-exact between the GPU and ``TRITON_INTERPRET=1``: integer
 add/mul/compare, ``tl.div_rn`` (never ``/``), table lookups with ``tl.load``; no ``.to(bf16/fp8)``, no
 ``tl.sum``/``tl.dot`` on inexact data. Kernels are launched with ``enable_fp_fusion=False`` so no ``a*b+c`` is
 contracted to an FMA; an explicit ``tl.fma`` appears only where its product is exact (a power-of-two multiple),
-so the GPU's single rounding equals the interpreter's mul-then-add. (The GPU-only operations have interpreter twins: dequantize's fp32 -> bf16 conversion, IEEE
-round-to-nearest-even in hardware, an integer one; the narrow-draw SR encoder's FMAs rounded toward -inf
-(libdevice ``fma_rd``), whose floors it uses, that floor computed in float64.)
+so the GPU's single rounding equals the interpreter's mul-then-add. The GPU-only operations have interpreter
+twins: dequantize's fp32 -> bf16 conversion (IEEE round-to-nearest-even in hardware) an integer one; the SR
+encoder's FMAs rounded toward -inf (libdevice ``fma_rd``), of which it uses only the floor, that floor in float64.
 Float ``tl.minimum``/``tl.maximum`` take ``propagate_nan=ALL``: the GPU's default ``min.f32`` returns the non-NaN
 operand, numpy (the reference and the interpreter) returns NaN.
 """
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from fp4lab.kernels.host import interpreting
+
 FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
-SR_MAGIC: tl.constexpr = tl.constexpr(12582912.0)  # 1.5 * 2^23: ulp 1 over [2^23, 2^24), emulator.fbits.MAGIC
-# how triton.jit decorated this module's functions (it reads the variable at decoration, as this does at import)
-INTERPRETED: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+SR_MAGIC: tl.constexpr = tl.constexpr(12582912.0)  # 1.5 * 2^23: ulp 1 over [2^23, 2^24), so M + k keeps k in its bits
+# how triton.jit decorated this module's functions (it reads TRITON_INTERPRET at decoration, as this does at import)
+INTERPRETED: tl.constexpr = tl.constexpr(interpreting())
 
 
 @triton.jit
@@ -510,7 +510,7 @@ def _interleave4(a, b, c, d):
 
 @triton.jit
 def _narrow_fields(w0, w1, w2, w3, R: tl.constexpr, C2: tl.constexpr, SRW: tl.constexpr, AS_V: tl.constexpr):
-    """Even/odd-half comparands [R, C2] of the elements served by calls w0..w3 [R, C2 // (2 * PER)] of one
+    """Even/odd-half draws [R, C2] (``_sr_draw``) of the elements served by calls w0..w3 [R, C2 // (2 * PER)] of one
     row, PER = 32 // SRW: call element o takes field o % PER of word o // PER, so the even elements of a call
     are (word j, even fields) in (j, field) order and the odd ones the odd fields."""
     M: tl.constexpr = (1 << SRW) - 1
