@@ -208,7 +208,82 @@ def check_fp8_unfit_rows() -> dict[str, Any]:
     out = {"fp8_stats": a[3], "rel_diff_vs_mxfp4": {"y": rel(a[0], b[0]), "dx": rel(a[1], b[1]), "dw": rel(a[2], b[2]),
                                                     "y_row5": rel(a[0][5], b[0][5])}}
     print(f"mxfp4-fp8 with an unfit input row, against mxfp4 on CUDA: {out}", flush=True)
+    out["unfit_kernel"] = check_unfit_kernel()
+    out["graph"] = check_fp8_graph()
     return out
+
+
+def check_unfit_kernel() -> dict[str, Any]:
+    """``fp4lab.kernels.unfit_mm`` on CUDA: flagged rows and columns (transposed operands, bf16 and fp32 outputs,
+    a bias) within the fp32-accumulation bound of a float64 product plus one rounding; every other element
+    untouched; the counts."""
+    from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    m, k, n = 1000, 768, 520
+    res: dict[str, Any] = {}
+    for dt in (torch.float32, torch.bfloat16):
+        a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16).t()  # [n, k], column-major
+        bias = torch.randn(n, device="cuda", generator=g)
+        ua = (torch.rand(m, device="cuda", generator=g) < 0.01).to(torch.int32)
+        ub = (torch.rand(n, device="cuda", generator=g) < 0.01).to(torch.int32)
+        y = torch.full((m, n), 7.0, device="cuda", dtype=dt)
+        counts = torch.zeros(2, dtype=torch.int64, device="cuda")
+        unfit_mm_triton(y, a, b, ua, ub, counts, bias)
+        exact = a.double() @ b.double().t() + bias.double()
+        bound = 2.0 ** -22 * k * (a.double().abs() @ b.double().abs().t() + bias.double().abs())
+        if dt == torch.bfloat16:
+            bound = bound + 2.0 ** -8 * exact.abs()
+        mask = (ua[:, None] != 0) | (ub[None, :] != 0)
+        err = (y.double() - exact).abs()
+        res[str(dt)] = {"flagged": int(mask.sum()), "within_bound": bool((err <= bound)[mask].all()),
+                        "max_err_over_bound": float((err / bound)[mask].max()),
+                        "untouched": bool((y[~mask] == 7.0).all()),
+                        "counts_ok": counts.tolist() == [m + n, int(ua.sum() + ub.sum())]}
+    print(f"unfit-row kernel on CUDA: {res}", flush=True)
+    return res
+
+
+def check_fp8_graph() -> dict[str, Any]:
+    """An FP8 recipe's layer step (no SR: deterministic operands) captured in a CUDA graph: replays equal the eager
+    step bit for bit, and the device-side counts grow with the replays; plus an input row that does not fit."""
+    from fp4lab.recipes import QuantLinear, Recipe
+
+    r = Recipe(name="mxfp4-fp8-nosr", format="mxfp4", gemm_dtype="fp8")
+    torch.manual_seed(0)
+    x = torch.randn(512, 1024, dtype=torch.bfloat16, device="cuda")
+    x[7, :512] *= 2.0 ** 20
+    x[7, 512:] *= 2.0 ** -20
+    dy = torch.randn(512, 768, dtype=torch.bfloat16, device="cuda")
+    layer = QuantLinear(1024, 768, bias=True, recipe=r, device="cuda", dtype=torch.bfloat16)
+    xd = x.clone().requires_grad_(True)
+
+    def step() -> None:
+        xd.grad = None
+        layer.weight.grad = None
+        layer.bias.grad = None
+        layer(xd).backward(dy)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    eager = (xd.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
+    before = layer.fp8_stats
+    graph = torch.cuda.CUDAGraph()
+    xd.grad = layer.weight.grad = layer.bias.grad = None
+    with torch.cuda.graph(graph):
+        layer(xd).backward(dy)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    after = layer.fp8_stats
+    same = all(torch.equal(u.view(torch.int16), v.view(torch.int16)) if u.dtype == torch.bfloat16 else torch.equal(u, v)
+               for u, v in zip(eager, (xd.grad, layer.weight.grad, layer.bias.grad)))
+    res = {"replays_equal_eager": same, "stats_eager": before, "stats_after_3_replays": after}
+    print(f"FP8 layer in a CUDA graph: {res}", flush=True)
+    return res
 
 
 def check_scaled_mm() -> dict[str, Any]:

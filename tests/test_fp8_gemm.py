@@ -10,7 +10,8 @@ import torch
 from fp4lab.errors import SpecError
 from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
 from fp4lab.recipes import QuantLinear, Recipe, fake_quantize, get_recipe, load_recipe
-from fp4lab.recipes.fp8_gemm import R_MIN, E4M3Rows, e4m3_rows_reference, fp8_gemm, unfit_counts
+from fp4lab.recipes import fp8_gemm as fp8_module
+from fp4lab.recipes.fp8_gemm import R_MIN, E4M3Rows, e4m3_rows_reference, fp8_gemm
 
 E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
 E4M3 = E4M3[torch.isfinite(E4M3)]  # the 254 finite values (both zeros)
@@ -125,28 +126,72 @@ def test_power_of_two_scaled_operands_are_exact_e4m3(fmt):
             assert e4m3_rows_reference(v).unfit.tolist() == [1 - fit]
 
 
-def test_fp8_gemm_takes_the_bf16_path_for_unfit_rows_and_columns():
-    """Through torch._scaled_mm (CPU here): unfit rows of A and columns of B equal the bf16 GEMM exactly, the
-    rest the FP8 product of the same values."""
+def _unfit_case(k: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 A [48, k] and B [32, k] of E4M3 values; rows 2 and 17 of A and row 5 of B do not fit."""
     g = torch.Generator().manual_seed(3)
-    a = (E4M3[torch.randint(0, 254, (48, 64), generator=g)] * 2.0 ** -5).to(torch.bfloat16)
-    b = (E4M3[torch.randint(0, 254, (32, 64), generator=g)] * 2.0 ** 3).to(torch.bfloat16)
+    a = (E4M3[torch.randint(0, 254, (48, k), generator=g)] * 2.0 ** -5).to(torch.bfloat16)
+    b = (E4M3[torch.randint(0, 254, (32, k), generator=g)] * 2.0 ** 3).to(torch.bfloat16)
     a[[2, 17], 9] = 1.0 + 2.0 ** -6  # 7 significant bits: unfit
-    b[5, 0] = float("inf")
+    b[5, 0] = 3.0 * 2.0 ** -40  # 17 binades below the row's largest magnitude: unfit
+    return a, b
+
+
+@pytest.mark.parametrize("path", ["torch", "triton"])
+def test_fp8_gemm_takes_the_bf16_path_for_unfit_rows_and_columns(path, monkeypatch):
+    """Through torch._scaled_mm (CPU here): unfit rows of A and columns of B equal the fp32-accumulated product
+    of the bf16 operands (plus the bias, rounded once), the rest the FP8 product of the same values; the counts
+    add up. ``triton``: the bf16 path by the device kernel (``fp4lab.kernels.unfit_mm``) in the interpreter."""
+    monkeypatch.setattr(fp8_module, "TRITON_ON_CPU", path == "triton")
+    a, b = _unfit_case()
     a8, b8 = e4m3_rows_reference(a), e4m3_rows_reference(b)
-    n = unfit_counts([a8, b8])
-    assert n == [2, 1]
-    y = fp8_gemm(a8, b8, a, b, torch.float32, False, (n[0], n[1]))
+    assert a8.unfit.nonzero().flatten().tolist() == [2, 17] and b8.unfit.nonzero().flatten().tolist() == [5]
+    counts = torch.zeros(2, dtype=torch.int64)
+    y = fp8_gemm(a8, b8, a, b, torch.float32, False, counts=counts)
+    assert counts.tolist() == [48 + 32, 3]
     exact = a.double() @ b.double().t()
+    bound = 2.0 ** -16 * (a.double().abs() @ b.double().abs().t())  # fp32 accumulation over K = 64
+    assert ((y.double() - exact).abs() <= bound).all()
     rows, col = a[[2, 17]].float() @ b.float().t(), a.float() @ b[[5]].float().t()
-    assert torch.equal(y[[2, 17], :5], rows[:, :5]) and torch.equal(y[:, 5:6], col)
+    if path == "torch":
+        assert torch.equal(y[[2, 17], :5], rows[:, :5]) and torch.equal(y[:, 5:6], col)
+    fp8_only = a8.decode().double() @ b8.decode().double().t()
     keep = torch.ones_like(y, dtype=torch.bool)
     keep[[2, 17]] = False
     keep[:, 5] = False
-    bound = 2.0 ** -16 * (a.double().abs() @ b.double().abs().t())  # fp32 accumulation over K = 64
-    assert ((y.double() - exact).abs() <= bound)[keep].all()
-    yb = fp8_gemm(a8, b8, a, b, torch.bfloat16, True, (n[0], n[1]))
-    assert yb.dtype == torch.bfloat16 and torch.equal(yb[:, 5:6], col.to(torch.bfloat16))
+    assert not torch.equal(y.double()[~keep], fp8_only[~keep])  # the unfit rows' codes are not their values
+    bias = torch.randn(32)
+    yb = fp8_gemm(a8, b8, a, b, torch.bfloat16, True, bias=bias, counts=counts)
+    assert yb.dtype == torch.bfloat16 and counts.tolist() == [2 * 80, 6]
+    ref = (exact + bias.double()).to(torch.bfloat16).double()
+    ulp = 2.0 ** (torch.floor(torch.log2(ref.abs().clamp(min=2.0 ** -100))) - 7)
+    assert ((yb.double() - ref).abs() <= ulp + bound).all()  # one bf16 rounding of an fp32-accumulated sum
+    if path == "torch":
+        assert torch.equal(yb[:, 5:6], (col + bias[5]).to(torch.bfloat16))
+
+
+def test_unfit_kernel_leaves_fit_tiles_alone_and_handles_strides(monkeypatch):
+    """The device kernel writes only the flagged rows and columns (a sentinel elsewhere survives), reads
+    transposed operands and outputs, and counts without writing when no flag is set."""
+    from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
+
+    a, b = _unfit_case(k=40)
+    ua = torch.zeros(48, dtype=torch.int32)
+    ub = torch.zeros(32, dtype=torch.int32)
+    counts = torch.zeros(2, dtype=torch.int64)
+    y = torch.full((32, 48), 7.0).t()  # a column-major [48, 32] output
+    unfit_mm_triton(y, a.t().contiguous().t(), b, ua, ub, counts)
+    assert counts.tolist() == [80, 0] and bool((y == 7.0).all())
+    ua[[0, 33]] = 1
+    ub[[31]] = 1
+    unfit_mm_triton(y, a, b.t().contiguous().t(), ua, ub, counts)
+    assert counts.tolist() == [160, 3]
+    exact = a.double() @ b.double().t()
+    bound = 2.0 ** -16 * (a.double().abs() @ b.double().abs().t())  # fp32 accumulation over K = 40
+    mask = torch.zeros_like(y, dtype=torch.bool)
+    mask[[0, 33]] = True
+    mask[:, 31] = True
+    assert bool((y[~mask] == 7.0).all())
+    assert bool(((y.double() - exact).abs() <= bound)[mask].all())
 
 
 @pytest.mark.parametrize("name", ["mxfp4-fp8"])

@@ -21,9 +21,11 @@ most 15 binades (for E2M1: smallest nonzero element 0.5 * 2^s_min >= 2^-9 * 2^r 
 GEMMs: ``torch._scaled_mm`` with E4M3 operands (A row-major, B column-major), fp32 scales ``2^r`` per row of A
 and per column of B (row-wise scaling), fp32 accumulation promoted by the library's kernel (``"fp8"``:
 ``use_fast_accum=False``) or kept in the tensor cores' accumulator (``"fp8-fast"``: ``use_fast_accum=True``;
-Hopper's FP8 wgmma keeps about 13 fraction bits, hwspec ``hopper-sm90`` ``wgmma.e4m3``). Unfit rows of A and
-columns of B are recomputed from the bf16 operands by a bf16 GEMM and written over the FP8 result; their count
-is returned (one host synchronization per group of GEMMs).
+Hopper's FP8 wgmma keeps about 13 fraction bits, hwspec ``hopper-sm90`` ``wgmma.e4m3``). Rows of the output
+that belong to an unfit row of A, and columns that belong to an unfit row of B, are recomputed from the bf16
+operands and written over the FP8 result: on CUDA by ``fp4lab.kernels.unfit_mm``, which reads the flags on the
+device (its programs return at once where no flag is set), so the GEMM never waits for the host and can be
+captured in a CUDA graph; the counts accumulate in device memory.
 
 On the CPU the E4M3 operands and scales are computed by ``e4m3_rows_reference`` (the integer twin of the Triton
 kernel ``fp4lab.kernels.fp8_convert``, same bits), decoded back (``q * 2^r``, exact) and multiplied like the bf16
@@ -33,7 +35,7 @@ path, so a CPU layer gives the bf16 recipe's results bit for bit when every row 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -135,53 +137,39 @@ def scaled_mm(a: E4M3Rows, b: E4M3Rows, out_dtype: torch.dtype, fast_accum: bool
     return y if bias is None else y.add_(bias.to(out_dtype))
 
 
-def unfit_counts_later(ops: list[E4M3Rows]) -> Callable[[], list[int]]:
-    """Start moving the unfit-row counts of ``ops`` to the host; the returned function waits for them (one host
-    synchronization). On CUDA they go to pinned memory behind an event, so GPU work queued between the two
-    calls (the FP8 GEMMs) keeps the GPU busy while the host waits."""
-    counts = torch.stack([op.unfit.sum() for op in ops])
-    if not counts.is_cuda:
-        return lambda: [int(c) for c in counts.tolist()]
-    host = torch.empty(counts.shape, dtype=counts.dtype, pin_memory=True)
-    host.copy_(counts, non_blocking=True)
-    done = torch.cuda.Event()
-    done.record()
-
-    def wait() -> list[int]:
-        done.synchronize()
-        return [int(c) for c in host.tolist()]
-    return wait
-
-
-def unfit_counts(ops: list[E4M3Rows]) -> list[int]:
-    """Unfit rows per operand, in one host synchronization."""
-    return unfit_counts_later(ops)()
-
-
 def fp8_gemm(a: E4M3Rows, b: E4M3Rows, a_bf16: torch.Tensor, b_bf16: torch.Tensor, out_dtype: torch.dtype,
-             fast_accum: bool, n_unfit: tuple[int, int], bias: Any = None) -> torch.Tensor:
+             fast_accum: bool, bias: Any = None, counts: Any = None) -> torch.Tensor:
     """``A @ B^T`` for A [M, K], B [N, K] given as E4M3 operands (rows along K) and as bf16 tensors of the same
-    values (any strides); rows of A and rows of B that do not fit (``n_unfit`` counts them) take the bf16 path:
-    ``a_bf16[i] @ b_bf16^T`` and ``a_bf16 @ b_bf16[j]^T`` with fp32 accumulation, written over the FP8 result."""
-    return fix_unfit(scaled_mm(a, b, out_dtype, fast_accum, bias), a, b, a_bf16, b_bf16, out_dtype, n_unfit, bias)
+    values (any strides); rows of A and rows of B that do not fit take the bf16 path (``bf16_path_for_unfit``),
+    counted into ``counts`` (int64 [2] on the operands' device: ``+= [M + N, unfit rows]``) when given."""
+    y = scaled_mm(a, b, out_dtype, fast_accum, bias)
+    return bf16_path_for_unfit(y, a, b, a_bf16, b_bf16, bias, counts)
 
 
-def fix_unfit(y: torch.Tensor, a: E4M3Rows, b: E4M3Rows, a_bf16: torch.Tensor, b_bf16: torch.Tensor,
-              out_dtype: torch.dtype, n_unfit: tuple[int, int], bias: Any = None) -> torch.Tensor:
-    """``y``, the FP8 product of ``fp8_gemm``, with the rows and columns of unfit operand rows recomputed by the bf16
-    path (in place where any)."""
-    if n_unfit[0]:
-        i = a.unfit.nonzero().flatten()
-        y[i] = _bf16_mm(a_bf16[i], b_bf16.t(), out_dtype, bias)
-    if n_unfit[1]:
-        j = b.unfit.nonzero().flatten()
-        y[:, j] = _bf16_mm(a_bf16, b_bf16[j].t(), out_dtype, None if bias is None else bias[j])
+def bf16_path_for_unfit(y: torch.Tensor, a: E4M3Rows, b: E4M3Rows, a_bf16: torch.Tensor, b_bf16: torch.Tensor,
+                        bias: Any = None, counts: Any = None) -> torch.Tensor:
+    """``y``, the FP8 product of ``fp8_gemm``, with the rows of unfit rows of A and the columns of unfit rows of B
+    recomputed from the bf16 operands: ``a_bf16[i] @ b_bf16^T`` and ``a_bf16 @ b_bf16[j]^T`` (+ bias), fp32
+    accumulation, one rounding, in place. On CUDA one Triton kernel decides and computes on the device
+    (``fp4lab.kernels.unfit_mm``: no host synchronization, graph-capturable); on the CPU torch indexing."""
+    if counts is None:
+        counts = torch.zeros(2, dtype=torch.int64, device=y.device)
+    if y.is_cuda or TRITON_ON_CPU:
+        from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
+
+        return unfit_mm_triton(y, a_bf16, b_bf16, a.unfit, b.unfit, counts, bias)
+    counts[0] += a.unfit.numel() + b.unfit.numel()
+    counts[1] += a.unfit.sum() + b.unfit.sum()
+    i = a.unfit.nonzero().flatten()
+    if i.numel():
+        y[i] = _bf16_mm(a_bf16[i], b_bf16.t(), y.dtype, bias)
+    j = b.unfit.nonzero().flatten()
+    if j.numel():
+        y[:, j] = _bf16_mm(a_bf16, b_bf16[j].t(), y.dtype, None if bias is None else bias[j])
     return y
 
 
 def _bf16_mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, bias: Any) -> torch.Tensor:
-    if a.is_cuda:
-        y = torch.mm(a, b) if a.dtype == out_dtype else torch.mm(a, b, out_dtype=out_dtype)
-    else:
-        y = (a.float() @ b.float()).to(out_dtype)
-    return y if bias is None else y + bias.to(out_dtype)
+    """fp32 product of the (bf16) operands, plus the bias in fp32, rounded once to ``out_dtype`` (CPU)."""
+    y = a.float() @ b.float()
+    return (y if bias is None else y + bias.float()).to(out_dtype)

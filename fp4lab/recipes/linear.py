@@ -33,6 +33,8 @@ from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, get_re
 from fp4lab.recipes.operands import fake_quant_operands
 from fp4lab.recipes.scaled_mm import scaled_mm
 
+GEMMS: tuple[Gemm, ...] = ("fprop", "dgrad", "wgrad")
+
 
 class _LayerState:
     """What the autograd function needs from its layer: recipe constants and the layer's random streams."""
@@ -47,7 +49,7 @@ class _LayerState:
         self.formats = {op: (None if recipe.format_of(op) is None else get_format(recipe.format_of(op)))
                         for op in ("x", "w", "dy")}
         self.fp8 = recipe.gemm_dtype in FP8_GEMM_DTYPES
-        self.fp8_counts = {g: [0, 0] for g in ("fprop", "dgrad", "wgrad")}  # [operand rows, rows on bf16 path]
+        self.fp8_counts: dict[torch.device, torch.Tensor] = {}  # per device, see fp8_counter
 
     def fmt(self, operand: Operand) -> Any:
         return self.formats[operand]
@@ -102,36 +104,37 @@ class _LayerState:
             sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype, fold_tensor_scale=self.fold(operand))
 
 
+    def fp8_counter(self, device: torch.device) -> torch.Tensor:
+        """The int64 [3, 2] counts (per GEMM: operand rows converted, rows that took the bf16 path) on ``device``,
+        made on first use; a CUDA-graph capture must not be that first use (the counts would restart at every
+        replay)."""
+        c = self.fp8_counts.get(device)
+        if c is None:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise InputError(f"recipe '{self.recipe.name}': run one step of this layer outside CUDA-graph "
+                                 "capture first (it sets up the layer's FP8 row counts)")
+            c = self.fp8_counts[device] = torch.zeros((len(GEMMS), 2), dtype=torch.int64, device=device)
+        return c
+
     def fp8_cpu(self, gemm: Gemm, *ops: tuple[torch.Tensor, bool]) -> list[torch.Tensor]:
         """CPU: each operand (tensor, its columns are the GEMM rows) rebuilt from its E4M3 operand, counted."""
         out = []
         for t, transpose in ops:
             v, n = fp8_gemm.cpu_operand(t, transpose)
-            self.fp8_counts[gemm][0] += t.shape[1 if transpose else 0]
-            self.fp8_counts[gemm][1] += int(n)
+            c = self.fp8_counter(t.device)[GEMMS.index(gemm)]
+            c[0] += t.shape[1 if transpose else 0]
+            c[1] += n
             out.append(v)
         return out
 
-    def fp8_cuda(self, gemms: list[tuple]) -> list[torch.Tensor]:
-        """CUDA: ``(gemm, a, a_t, b, b_t, out_dtype, bias)`` -> ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K],
-        B likewise [N, K]; one host synchronization for the unfit-row counts of all of them."""
-        if torch.cuda.is_current_stream_capturing():
-            raise InputError(f"recipe '{self.recipe.name}': gemm_dtype '{self.recipe.gemm_dtype}' synchronizes with "
-                             "the host (rows that do not fit E4M3 take the bf16 path) and cannot be captured in a "
-                             "CUDA graph")
-        ops = [(fp8_gemm.to_e4m3_rows(a, at), fp8_gemm.to_e4m3_rows(b, bt)) for _, a, at, b, bt, _, _ in gemms]
-        counts = fp8_gemm.unfit_counts_later([o for pair in ops for o in pair])
-        fast = self.recipe.gemm_dtype == "fp8-fast"
-        ys = [fp8_gemm.scaled_mm(a8, b8, dt, fast, bias) for (_, _, _, _, _, dt, bias), (a8, b8) in zip(gemms, ops)]
-        n = counts()  # the host waits here, while the GPU runs the FP8 GEMMs already queued
-        out = []
-        for i, ((gemm, a, at, b, bt, dt, bias), (a8, b8), y) in enumerate(zip(gemms, ops, ys)):
-            c = self.fp8_counts[gemm]
-            c[0] += a8.codes.shape[0] + b8.codes.shape[0]
-            c[1] += n[2 * i] + n[2 * i + 1]
-            out.append(fp8_gemm.fix_unfit(y, a8, b8, a.t() if at else a, b.t() if bt else b, dt,
-                                          (n[2 * i], n[2 * i + 1]), bias))
-        return out
+    def fp8_cuda(self, gemm: Gemm, a: torch.Tensor, a_t: bool, b: torch.Tensor, b_t: bool, out_dtype: torch.dtype,
+                 bias: Any = None) -> torch.Tensor:
+        """CUDA: ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K], B likewise [N, K]; rows that do not fit E4M3
+        take the bf16 path, decided and counted on the device (no host synchronization)."""
+        a8, b8 = fp8_gemm.to_e4m3_rows(a, a_t), fp8_gemm.to_e4m3_rows(b, b_t)
+        return fp8_gemm.fp8_gemm(a8, b8, a.t() if a_t else a, b.t() if b_t else b, out_dtype,
+                                 self.recipe.gemm_dtype == "fp8-fast", bias,
+                                 self.fp8_counter(a.device)[GEMMS.index(gemm)])
 
 
 def _scale(ts_a: Any, ts_b: Any) -> Any:
@@ -185,7 +188,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         ctx.save_for_backward(xm, weight, ts_xm)
         ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
         if state.fp8 and xk.is_cuda:
-            return state.fp8_cuda([("fprop", xk, False, wk, False, out_dtype, bias)])[0]
+            return state.fp8_cuda("fprop", xk, False, wk, False, out_dtype, bias)
         if state.fp8:
             xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
         return _mm(xk, wk.t(), out_dtype, _scale(ts_xk, ts_wk), bias)
@@ -209,11 +212,10 @@ class _QuantLinearFunction(torch.autograd.Function):
             if need_x:
                 _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
             if state.fp8 and dy.is_cuda:
-                gemms = ([("dgrad", dyn, False, wn, True, ctx.x_dtype, None)] if need_x else []) + (
-                    [("wgrad", dym, True, xm, True, weight.dtype, None)] if need_w else [])
-                res = state.fp8_cuda(gemms)
-                dx = res.pop(0) if need_x else None
-                dw = res.pop(0) if need_w else None
+                if need_x:
+                    dx = state.fp8_cuda("dgrad", dyn, False, wn, True, ctx.x_dtype)
+                if need_w:
+                    dw = state.fp8_cuda("wgrad", dym, True, xm, True, weight.dtype)
             else:
                 if state.fp8 and need_x:
                     dyn, wn = state.fp8_cpu("dgrad", (dyn, False), (wn, True))
@@ -263,8 +265,14 @@ class QuantLinear(torch.nn.Linear):
     @property
     def fp8_stats(self) -> dict[str, dict[str, int]]:
         """FP8 recipes: per GEMM, the operand rows (along the reduction axis) converted so far and how many of
-        them did not fit E4M3 times a power of two (their GEMM rows/columns took the bf16 path)."""
-        return {g: {"rows": c[0], "bf16_rows": c[1]} for g, c in self._state.fp8_counts.items()}
+        them did not fit E4M3 times a power of two (their GEMM rows/columns took the bf16 path). The counts live
+        in device memory (CUDA-graph replays count too); reading them waits for the GPU."""
+        tot = [[0, 0] for _ in GEMMS]
+        for c in self._state.fp8_counts.values():  # one host synchronization per device
+            for t, (rows, bf16_rows) in zip(tot, c.tolist()):
+                t[0] += rows
+                t[1] += bf16_rows
+        return {g: {"rows": t[0], "bf16_rows": t[1]} for g, t in zip(GEMMS, tot)}
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
