@@ -246,43 +246,52 @@ def check_unfit_kernel() -> dict[str, Any]:
 
 
 def check_fp8_graph() -> dict[str, Any]:
-    """An FP8 recipe's layer step (no SR: deterministic operands) captured in a CUDA graph: replays equal the eager
-    step bit for bit, and the device-side counts grow with the replays; plus an input row that does not fit."""
+    """A layer step captured in a CUDA graph against the eager step, for an FP8 recipe and its bf16-GEMM twin (no
+    SR: deterministic operands; an input row that does not fit E4M3): per gradient, bit-equal or the relative
+    difference; and the FP8 recipe's device-side counts after the replays."""
     from fp4lab.recipes import QuantLinear, Recipe
 
-    r = Recipe(name="mxfp4-fp8-nosr", format="mxfp4", gemm_dtype="fp8")
     torch.manual_seed(0)
     x = torch.randn(512, 1024, dtype=torch.bfloat16, device="cuda")
     x[7, :512] *= 2.0 ** 20
     x[7, 512:] *= 2.0 ** -20
     dy = torch.randn(512, 768, dtype=torch.bfloat16, device="cuda")
-    layer = QuantLinear(1024, 768, bias=True, recipe=r, device="cuda", dtype=torch.bfloat16)
-    xd = x.clone().requires_grad_(True)
+    res: dict[str, Any] = {}
+    for gemm_dtype in ("fp8", "bf16"):
+        r = Recipe(name=f"mxfp4-{gemm_dtype}-nosr", format="mxfp4", sr=[], gemm_dtype=gemm_dtype)
+        layer = QuantLinear(1024, 768, bias=True, recipe=r, device="cuda", dtype=torch.bfloat16)
+        xd = x.clone().requires_grad_(True)
+        ys = []
 
-    def step() -> None:
-        xd.grad = None
-        layer.weight.grad = None
-        layer.bias.grad = None
-        layer(xd).backward(dy)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    eager = (xd.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
-    before = layer.fp8_stats
-    graph = torch.cuda.CUDAGraph()
-    xd.grad = layer.weight.grad = layer.bias.grad = None
-    with torch.cuda.graph(graph):
-        layer(xd).backward(dy)
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    after = layer.fp8_stats
-    same = all(torch.equal(u.view(torch.int16), v.view(torch.int16)) if u.dtype == torch.bfloat16 else torch.equal(u, v)
-               for u, v in zip(eager, (xd.grad, layer.weight.grad, layer.bias.grad)))
-    res = {"replays_equal_eager": same, "stats_eager": before, "stats_after_3_replays": after}
-    print(f"FP8 layer in a CUDA graph: {res}", flush=True)
+        def step() -> None:
+            xd.grad = layer.weight.grad = layer.bias.grad = None
+            y = layer(xd)
+            y.backward(dy)
+            ys.append(y.detach())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        eager = (ys[0].clone(), ys[1].clone(), xd.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
+        before = layer.fp8_stats
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        got = (ys[2], xd.grad, layer.weight.grad, layer.bias.grad)
+        cmp = {"eager_twice_y": torch.equal(eager[0].view(torch.int16), eager[1].view(torch.int16))}
+        for name, u, v in zip(("y", "dx", "dw", "db"), eager[1:], got):
+            same = torch.equal(u.view(torch.int16), v.view(torch.int16)) if u.dtype == torch.bfloat16 else \
+                torch.equal(u, v)
+            cmp[name] = True if same else float((u.double() - v.double()).norm() / u.double().norm())
+        res[gemm_dtype] = {"replay_equals_eager": cmp}
+        if gemm_dtype == "fp8":
+            res[gemm_dtype].update(stats_eager=before, stats_after_3_replays=layer.fp8_stats)
+    print(f"layer step in a CUDA graph (True: bit-equal, else relative difference): {res}", flush=True)
     return res
 
 

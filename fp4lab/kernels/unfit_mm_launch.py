@@ -19,11 +19,11 @@ def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_b
     plan = _PLANS.get(key)
     if plan is None:
         interp = interpreting()
-        bm, bn, bk = (16, 16, 16) if interp else (128, 128, 64)
+        bm, bn, bk, reps = (16, 16, 16, 2) if interp else (128, 128, 64, 2)
         opts = {} if interp else {"num_warps": 8, "num_stages": 3}
-        plan = CachedLaunch(uk._unfit_mm_kernel, (triton.cdiv(grid[0], bm), triton.cdiv(grid[1], bn)),
-                            dict(BM=bm, BN=bn, BK=bk, HAS_BIAS=has_bias, OUT_BF16=out_bf16, INTERP=interp), opts,
-                            fixed=fixed, n_lead=7)
+        plan = CachedLaunch(uk._unfit_mm_kernel, (triton.cdiv(grid[0], bm * reps), triton.cdiv(grid[1], bn * reps)),
+                            dict(BM=bm, BN=bn, BK=bk, RM=reps, RN=reps, HAS_BIAS=has_bias, OUT_BF16=out_bf16,
+                                 INTERP=interp), opts, fixed=fixed, n_lead=7)
         if len(_PLANS) > 256:
             _PLANS.clear()
         _PLANS[key] = plan
