@@ -7,7 +7,9 @@
    FP8 tensor-core GEMMs, with its count of operand rows that took the bf16 path) at 16384 tokens for
    4096 -> 4096 and 4096 -> 14336, against ``nn.Linear`` in bf16 (cuBLAS), the naive PyTorch fake-quant of the
    same recipe (benchmarks/naive_fakequant.py) and, for ufp4, its ``torch.compile``'d version; plus the
-   time of the recipe's fake-quant kernels alone (what the GEMMs do not explain).
+   time of the recipe's fake-quant kernels alone (what the GEMMs do not explain). ``--layer-graph`` also times
+   each layer step, and ``nn.Linear``'s, as CUDA-graph replays (no host launch cost on either side: how a
+   captured training step runs them).
 2. One whole training step (forward, backward, fused AdamW; fp32 master weights, bf16 autocast) of the study's
    GPT model at its middle size, in tokens/s against the same model with bf16 ``nn.Linear`` layers.
 
@@ -60,6 +62,34 @@ def linear_step(layer: Any, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], N
     return step
 
 
+def graphed_step(layer: Any, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
+    """``linear_step`` captured in a CUDA graph: the returned function replays it (QuantLinear layers read their
+    stochastic-rounding seeds from a ``DeviceStreams`` buffer, advanced before every replay, as in training)."""
+    from fp4lab.recipes import DeviceStreams
+
+    ds = DeviceStreams(torch.nn.Sequential(layer)) if isinstance(layer, QuantLinear) else None
+    step = linear_step(layer, x, dy)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            if ds is not None:
+                ds.advance()
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    if ds is not None:
+        ds.advance()
+    with torch.cuda.graph(g):
+        step()
+
+    def replay() -> None:
+        if ds is not None:
+            ds.advance()
+        g.replay()
+    return replay
+
+
 class _Naive(torch.nn.Module):
     def __init__(self, w: torch.nn.Parameter, recipe: Any, fq: Any) -> None:
         super().__init__()
@@ -74,7 +104,7 @@ def _bf16_fq(t: torch.Tensor, fmt: Any, axis: int, rht: Any, sr: bool) -> torch.
 
 
 def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, repeats: int,
-                 compiled: bool) -> dict[str, Any]:
+                 compiled: bool, graph: bool = False) -> dict[str, Any]:
     dev = "cuda"
     torch.manual_seed(0)
     x = torch.randn(tokens, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -82,6 +112,8 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
     ref = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
     res: dict[str, Any] = {"tokens": tokens, "k": k, "n": n}
     res["nn_linear_bf16_ms"] = base = timed(linear_step(ref, x, dy), iters, repeats)
+    if graph:  # both sides as CUDA-graph replays: no host launch cost on either
+        res["nn_linear_bf16_graph_ms"] = base_graph = timed(graphed_step(ref, x, dy), iters, repeats)
     flops = 6 * tokens * k * n
     res["nn_linear_tflops"] = flops / base / 1e9
     rows = {}
@@ -92,6 +124,9 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
             layer.weight.copy_(ref.weight)
         row = {"ms": timed(linear_step(layer, x, dy), iters, repeats)}
         row["vs_bf16"] = row["ms"] / base
+        if graph:
+            row["graph_ms"] = timed(graphed_step(layer, x, dy), iters, repeats)
+            row["graph_vs_bf16"] = row["graph_ms"] / base_graph
         if r.gemm_dtype.startswith("fp8"):  # operand rows on the FP8 path and those that took the bf16 path
             row["fp8_stats"] = layer.fp8_stats
         naive = _Naive(layer.weight, r, _bf16_fq)
@@ -124,7 +159,9 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
                     ours = ours * st.operands(x.detach(), "x", "fprop", None)[2]
                 row["naive_rel_diff"] = float((ours - theirs).norm() / theirs.norm())
         rows[name] = row
-        print(f"  {k}->{n} {name:9s} {row['ms']:7.3f} ms  {row['vs_bf16']:.3f}x bf16  naive {row['naive_ms']:.2f} ms"
+        print(f"  {k}->{n} {name:9s} {row['ms']:7.3f} ms  {row['vs_bf16']:.3f}x bf16"
+              + (f"  graph {row['graph_ms']:.3f} ms {row['graph_vs_bf16']:.3f}x" if graph else "")
+              + f"  naive {row['naive_ms']:.2f} ms"
               + (f"  compiled {row['compiled_ms']:.2f} ms" if "compiled_ms" in row else "")
               + f"  fake-quant {row['fake_quant_ms']:.3f} ms", flush=True)
     res["recipes"] = rows
@@ -204,6 +241,8 @@ def main() -> None:
     ap.add_argument("--model", default="middle", help="study model size for the whole-step benchmark ('' to skip)")
     ap.add_argument("--batch", type=int, nargs="+", default=[32, 128], help="sequences per step (512 tokens each)")
     ap.add_argument("--graph", action="store_true", help="whole-step benchmark as CUDA-graph replays")
+    ap.add_argument("--layer-graph", action="store_true",
+                    help="also time each layer step (and nn.Linear's) as CUDA-graph replays")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd naive baseline")
     ap.add_argument("--json", default=None)
@@ -217,7 +256,8 @@ def main() -> None:
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",") if s]
     for k, n in shapes[:1] if args.quick else shapes:
         out["linear"].append(bench_linear(args.tokens, k, n, args.recipes, iters, repeats,
-                                          compiled=not args.no_compile and (k, n) == shapes[0]))
+                                          compiled=not args.no_compile and (k, n) == shapes[0],
+                                          graph=args.layer_graph))
     if args.model:
         out["model"] = [bench_model(args.model, b, args.recipes, max(iters // 2, 3), repeats, graph=args.graph)
                         for b in args.batch]
@@ -225,6 +265,9 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(out, indent=2))
     print(json.dumps({"linear_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["vs_bf16"], 3) for k, v in r["recipes"].items()}
                                          for r in out["linear"]},
+                      "linear_graph_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["graph_vs_bf16"], 3)
+                                                                     for k, v in r["recipes"].items() if "graph_vs_bf16" in v}
+                                               for r in out["linear"]},
                       "model_vs_bf16": {f"batch {m['batch']}{' graph' if m['graph'] else ''}": {k: round(v.get("vs_bf16", 1.0), 3)
                                                                 for k, v in m["recipes"].items()}
                                         for m in out.get("model", [])}}))

@@ -222,6 +222,42 @@ def test_quantlinear_fp8_on_cpu_equals_the_bf16_recipe(name):
     assert st["dgrad"]["bf16_rows"] == 0
 
 
+def _fp8_layer_results(recipe: str, x: torch.Tensor, dy: torch.Tensor) -> tuple:
+    layer = QuantLinear(x.shape[1], dy.shape[1], recipe=recipe, seed=3, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        layer.weight.normal_()
+        layer.bias.normal_()
+    xx = x.clone().requires_grad_()
+    y = layer(xx)
+    y.backward(dy)
+    return (y, xx.grad, layer.weight.grad, layer.bias.grad), layer.fp8_stats
+
+
+def test_quantlinear_fp8_device_path_in_the_interpreter(monkeypatch):
+    """The CUDA path of an FP8 layer, in the interpreter: the fake-quant and E4M3 conversion kernels,
+    torch._scaled_mm, the unfit kernel for the bf16 path with its device-side counts. The counts equal the CPU
+    path's, and the results agree with the mxfp4 recipe's within fp32 accumulation (the layer's inputs span 40
+    binades in one row, whose fprop row and wgrad columns take the bf16 path)."""
+    from fp4lab.recipes import operands
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 96, dtype=torch.bfloat16)
+    x[5, :32] *= 2.0 ** 20
+    x[5, 32:] *= 2.0 ** -20
+    dy = torch.randn(64, 128, dtype=torch.bfloat16)
+    cpu_res, cpu_stats = _fp8_layer_results("mxfp4-fp8", x, dy)
+    ref, _ = _fp8_layer_results("mxfp4", x, dy)
+    monkeypatch.setattr(operands, "TRITON_ON_CPU", True)
+    monkeypatch.setattr(fp8_module, "TRITON_ON_CPU", True)
+    dev_res, dev_stats = _fp8_layer_results("mxfp4-fp8", x, dy)
+    assert dev_stats == cpu_stats and cpu_stats["fprop"]["bf16_rows"] == 1 and cpu_stats["wgrad"]["bf16_rows"] > 0
+    for got, want, k in zip(dev_res[:3], ref[:3], (96, 64, 64)):
+        err = (got.double() - want.double()).abs()
+        assert bool((err <= 2.0 ** -7 * want.double().abs() + 2.0 ** -20 * k * want.double().abs().max()).all())
+    assert torch.equal(dev_res[3], ref[3])  # db: the sum of dY
+
+
 def test_fp8_recipes_need_power_of_two_scaled_formats(tmp_path):
     assert get_recipe("mxfp4-fp8").gemm_dtype == "fp8"
     assert Recipe(name="i", format="int4-b32-e8m0", gemm_dtype="fp8-fast").gemm_dtype == "fp8-fast"

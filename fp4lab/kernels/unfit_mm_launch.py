@@ -13,14 +13,19 @@ from fp4lab.kernels import unfit_mm as uk
 _PLANS: dict[tuple, Any] = {}
 
 
-def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_bf16: bool) -> Any:
+# (BM, BN, BK, blocks per program along each axis, warps, stages) on the GPU
+GPU_TILE = (128, 128, 64, 1, 8, 3)
+
+
+def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_bf16: bool,
+          tile: tuple[int, ...] | None) -> Any:
     from fp4lab.kernels.host import CachedLaunch, interpreting
 
     plan = _PLANS.get(key)
     if plan is None:
         interp = interpreting()
-        bm, bn, bk, reps = (16, 16, 16, 2) if interp else (128, 128, 64, 2)
-        opts = {} if interp else {"num_warps": 8, "num_stages": 3}
+        bm, bn, bk, reps, warps, stages = tile or ((16, 16, 16, 2, 4, 1) if interp else GPU_TILE)
+        opts = {} if interp else {"num_warps": warps, "num_stages": stages}
         plan = CachedLaunch(uk._unfit_mm_kernel, (triton.cdiv(grid[0], bm * reps), triton.cdiv(grid[1], bn * reps)),
                             dict(BM=bm, BN=bn, BK=bk, RM=reps, RN=reps, HAS_BIAS=has_bias, OUT_BF16=out_bf16,
                                  INTERP=interp), opts, fixed=fixed, n_lead=7)
@@ -30,11 +35,14 @@ def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_b
     return plan
 
 
-def unfit_mm_triton(y: Any, a: Any, b: Any, unfit_a: Any, unfit_b: Any, counts: Any, bias: Any = None) -> Any:
+def unfit_mm_triton(y: Any, a: Any, b: Any, unfit_a: Any, unfit_b: Any, counts: Any, bias: Any = None,
+                    tile: tuple[int, ...] | None = None) -> Any:
     """Overwrite the rows of ``y`` [M, N] (fp32 or bf16, any strides) whose ``unfit_a`` [M] flag is set, and its
     columns whose ``unfit_b`` [N] flag is set, with ``a @ b^T`` (+ ``bias`` [N]) from bf16 ``a`` [M, K] and ``b``
     [N, K] (any strides), fp32 accumulation, one rounding; add ``M + N`` and the number of set flags to the int64
-    ``counts[0]`` and ``counts[1]``. Returns ``y``. Flags are int32 0/1 (``to_e4m3_rows``'s ``unfit``)."""
+    ``counts[0]`` and ``counts[1]``. Returns ``y``. Flags are int32 0/1 (``to_e4m3_rows``'s ``unfit``). ``tile``:
+    (BM, BN, BK, blocks per program along each axis, warps, stages), for sweeps; the bits do not depend on it
+    beyond the accumulation order inside ``tl.dot``."""
     import torch
 
     from fp4lab.kernels.host import check_device, interpreting, scratch_f32
@@ -53,8 +61,8 @@ def unfit_mm_triton(y: Any, a: Any, b: Any, unfit_a: Any, unfit_b: Any, counts: 
     out_bf16 = y.dtype == torch.bfloat16
     bias32 = scratch_f32(y.device) if bias is None else bias.to(torch.float32).contiguous()
     strides = (*a.stride(), *b.stride(), *y.stride())
-    key = (M, N, K, strides, out_bf16, bias is not None, y.device)
-    plan = _plan(key, (M, N), (M, N, K, *strides), bias is not None, out_bf16)
+    key = (M, N, K, strides, out_bf16, bias is not None, y.device, tile)
+    plan = _plan(key, (M, N), (M, N, K, *strides), bias is not None, out_bf16, tile)
     if interp:
         a, b = a.view(torch.int16), b.view(torch.int16)
     plan(a, b, y.view(torch.int16) if interp and out_bf16 else y, bias32, unfit_a, unfit_b, counts)

@@ -95,9 +95,15 @@ def e4m3_rows_reference(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:
     return E4M3Rows(code.to(torch.uint8).view(torch.float8_e4m3fn), scale, unfit)
 
 
+def on_device(t: torch.Tensor) -> bool:
+    """Whether FP8 GEMMs of ``t`` take the device path (Triton conversion, ``torch._scaled_mm``, the bf16 path by
+    ``fp4lab.kernels.unfit_mm``): CUDA tensors, and CPU tensors under ``TRITON_ON_CPU`` (tests)."""
+    return t.is_cuda or TRITON_ON_CPU
+
+
 def to_e4m3_rows(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:
     """E4M3 operand of bf16 ``t``: the Triton kernel on CUDA, the torch twin on the CPU (same bits)."""
-    if t.is_cuda or TRITON_ON_CPU:
+    if on_device(t):
         from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
 
         return E4M3Rows(*to_e4m3_rows_triton(t, transpose))
@@ -154,7 +160,7 @@ def bf16_path_for_unfit(y: torch.Tensor, a: E4M3Rows, b: E4M3Rows, a_bf16: torch
     (``fp4lab.kernels.unfit_mm``: no host synchronization, graph-capturable); on the CPU torch indexing."""
     if counts is None:
         counts = torch.zeros(2, dtype=torch.int64, device=y.device)
-    if y.is_cuda or TRITON_ON_CPU:
+    if on_device(y):
         from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
 
         return unfit_mm_triton(y, a_bf16, b_bf16, a.unfit, b.unfit, counts, bias)

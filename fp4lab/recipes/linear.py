@@ -187,7 +187,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         wk, _, ts_wk, _ = state.operands(weight, "w", "fprop", None)
         ctx.save_for_backward(xm, weight, ts_xm)
         ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
-        if state.fp8 and xk.is_cuda:
+        if state.fp8 and fp8_gemm.on_device(xk):
             return state.fp8_cuda("fprop", xk, False, wk, False, out_dtype, bias)
         if state.fp8:
             xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
@@ -211,7 +211,7 @@ class _QuantLinearFunction(torch.autograd.Function):
             wn = ts_wn = None
             if need_x:
                 _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
-            if state.fp8 and dy.is_cuda:
+            if state.fp8 and fp8_gemm.on_device(dy):
                 if need_x:
                     dx = state.fp8_cuda("dgrad", dyn, False, wn, True, ctx.x_dtype)
                 if need_w:
