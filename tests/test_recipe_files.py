@@ -97,6 +97,19 @@ def test_docs_example_recipe_loads(tmp_path):
         "mxfp4", 32, "per_layer", ["lm_head", "layers.0.*"])
 
 
+def test_example_recipe_files_load():
+    """The recipe files under examples/recipes stay valid: each loads and differs from its built-in namesake only
+    where its comment says (the fast-accumulation variant of mxfp4-fp8: gemm_dtype)."""
+    files = sorted((Path(__file__).resolve().parents[1] / "examples" / "recipes").glob("*.toml"))
+    assert files
+    fast = get_recipe(next(f for f in files if f.stem == "mxfp4-fp8-fast"))
+    base = get_recipe("mxfp4-fp8")
+    differ = {k for k, v in fast.model_dump().items() if v != base.model_dump()[k]}
+    assert differ == {"name", "description", "gemm_dtype"} and fast.gemm_dtype == "fp8-fast"
+    for f in files:
+        assert get_recipe(f).name == f.stem
+
+
 @pytest.mark.parametrize("name", list_recipes())
 def test_docs_builtin_table_matches_the_files(name):
     r = BUILTIN_RECIPES[name]
