@@ -194,35 +194,18 @@ def test_unfit_kernel_leaves_fit_tiles_alone_and_handles_strides(monkeypatch):
     assert bool(((y.double() - exact).abs() <= bound)[mask].all())
 
 
-@pytest.mark.parametrize("name", ["mxfp4-fp8"])
-def test_quantlinear_fp8_on_cpu_equals_the_bf16_recipe(name):
-    """Same operand values, rebuilt from E4M3 codes and row scales: forward and both gradients bit for bit equal
-    to the mxfp4 recipe; an input row spanning 40 binades goes the bf16 path and is counted."""
+def _layer_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """x [64, 96] with row 5 spanning 40 binades (its fprop row and the wgrad columns it reaches cannot fit E4M3
+    times one power of two) and dy [64, 128]."""
     torch.manual_seed(0)
     x = torch.randn(64, 96, dtype=torch.bfloat16)
     x[5, :32] *= 2.0 ** 20
     x[5, 32:] *= 2.0 ** -20
-    dy = torch.randn(64, 128, dtype=torch.bfloat16)
-    res = {}
-    for r in ("mxfp4", name):
-        layer = QuantLinear(96, 128, recipe=r, seed=3, dtype=torch.bfloat16)
-        with torch.no_grad():
-            torch.manual_seed(1)
-            layer.weight.normal_()
-            layer.bias.normal_()
-        xx = x.clone().requires_grad_()
-        y = layer(xx)
-        y.backward(dy)
-        res[r] = (y, xx.grad, layer.weight.grad, layer.bias.grad)
-    for a, b in zip(res["mxfp4"], res[name]):
-        assert torch.equal(bits(a), bits(b))
-    st = layer.fp8_stats
-    assert st["fprop"] == {"rows": 64 + 128, "bf16_rows": 1}
-    assert st["dgrad"]["rows"] == 64 + 96 and st["wgrad"]["rows"] == 128 + 96
-    assert st["dgrad"]["bf16_rows"] == 0
+    return x, torch.randn(64, 128, dtype=torch.bfloat16)
 
 
-def _fp8_layer_results(recipe: str, x: torch.Tensor, dy: torch.Tensor) -> tuple:
+def _layer_results(recipe: str, x: torch.Tensor, dy: torch.Tensor) -> tuple:
+    """((y, dx, dw, db), fp8_stats or None) of one bf16 QuantLinear step with fixed parameters."""
     layer = QuantLinear(x.shape[1], dy.shape[1], recipe=recipe, seed=3, dtype=torch.bfloat16)
     with torch.no_grad():
         torch.manual_seed(1)
@@ -234,28 +217,36 @@ def _fp8_layer_results(recipe: str, x: torch.Tensor, dy: torch.Tensor) -> tuple:
     return (y, xx.grad, layer.weight.grad, layer.bias.grad), layer.fp8_stats
 
 
+def test_quantlinear_fp8_on_cpu_equals_the_bf16_recipe():
+    """Same operand values, rebuilt from E4M3 codes and row scales: forward and both gradients bit for bit equal
+    to the mxfp4 recipe; an input row spanning 40 binades goes the bf16 path and is counted."""
+    x, dy = _layer_inputs()
+    ref, _ = _layer_results("mxfp4", x, dy)
+    got, st = _layer_results("mxfp4-fp8", x, dy)
+    for a, b in zip(ref, got):
+        assert torch.equal(bits(a), bits(b))
+    assert st["fprop"] == {"rows": 64 + 128, "bf16_rows": 1}
+    assert st["dgrad"]["rows"] == 64 + 96 and st["wgrad"]["rows"] == 128 + 96
+    assert st["dgrad"]["bf16_rows"] == 0
+
+
 def test_quantlinear_fp8_device_path_in_the_interpreter(monkeypatch):
     """The CUDA path of an FP8 layer, in the interpreter: the fake-quant and E4M3 conversion kernels,
     torch._scaled_mm, the unfit kernel for the bf16 path with its device-side counts. The counts equal the CPU
-    path's, and the results agree with the mxfp4 recipe's within fp32 accumulation (the layer's inputs span 40
-    binades in one row, whose fprop row and wgrad columns take the bf16 path)."""
+    path's, and the results agree with the mxfp4 recipe's within fp32 accumulation."""
     from fp4lab.recipes import operands
 
-    torch.manual_seed(0)
-    x = torch.randn(64, 96, dtype=torch.bfloat16)
-    x[5, :32] *= 2.0 ** 20
-    x[5, 32:] *= 2.0 ** -20
-    dy = torch.randn(64, 128, dtype=torch.bfloat16)
-    cpu_res, cpu_stats = _fp8_layer_results("mxfp4-fp8", x, dy)
-    ref, _ = _fp8_layer_results("mxfp4", x, dy)
+    x, dy = _layer_inputs()
+    _, cpu_stats = _layer_results("mxfp4-fp8", x, dy)
+    ref, _ = _layer_results("mxfp4", x, dy)
     monkeypatch.setattr(operands, "TRITON_ON_CPU", True)
     monkeypatch.setattr(fp8_module, "TRITON_ON_CPU", True)
-    dev_res, dev_stats = _fp8_layer_results("mxfp4-fp8", x, dy)
+    got, dev_stats = _layer_results("mxfp4-fp8", x, dy)
     assert dev_stats == cpu_stats and cpu_stats["fprop"]["bf16_rows"] == 1 and cpu_stats["wgrad"]["bf16_rows"] > 0
-    for got, want, k in zip(dev_res[:3], ref[:3], (96, 64, 64)):
-        err = (got.double() - want.double()).abs()
+    for g, want, k in zip(got[:3], ref[:3], (96, 64, 64)):
+        err = (g.double() - want.double()).abs()
         assert bool((err <= 2.0 ** -7 * want.double().abs() + 2.0 ** -20 * k * want.double().abs().max()).all())
-    assert torch.equal(dev_res[3], ref[3])  # db: the sum of dY
+    assert torch.equal(got[3], ref[3])  # db: the sum of dY
 
 
 def test_fp8_recipes_need_power_of_two_scaled_formats(tmp_path):

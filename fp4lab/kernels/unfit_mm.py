@@ -32,20 +32,28 @@ def _operand_tile(ptr, i, j, si, sj, mask, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _unfit_tile(a_ptr, b_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr, counts_ptr, rows, cols, M, N, K,
-                s_am, s_ak, s_bn, s_bk, s_ym, s_yn, count_a, count_b, BK: tl.constexpr, HAS_BIAS: tl.constexpr, OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
-    """One [len(rows), len(cols)] tile of ``y``: count its flags of A (``count_a``) and of B (``count_b``), compute
-    it when any flag is set."""
+def _unfit_mm_kernel(a_ptr, b_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr, counts_ptr,
+                     M, N, K, s_am, s_ak, s_bn, s_bk, s_ym, s_yn,
+                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
+    """One [BM, BN] tile of ``y`` per program; the first column of programs counts the flags of A, the first row
+    those of B, program (0, 0) the operand rows."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = pid_n * BN + tl.arange(0, BN)
     rmask = rows < M
     cmask = cols < N
     ua = tl.load(unfit_a_ptr + rows, mask=rmask, other=0)
     ub = tl.load(unfit_b_ptr + cols, mask=cmask, other=0)
-    if count_a:
+    if pid_n == 0:
         tl.atomic_add(counts_ptr + 1, tl.sum(ua, axis=0).to(tl.int64))
-    if count_b:
+    if pid_m == 0:
         tl.atomic_add(counts_ptr + 1, tl.sum(ub, axis=0).to(tl.int64))
+        if pid_n == 0:
+            tl.atomic_add(counts_ptr, (M + N).to(tl.int64))
     if tl.max(ua, axis=0) + tl.max(ub, axis=0) > 0:
-        acc = tl.zeros([rows.shape[0], cols.shape[0]], dtype=tl.float32)
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
         for k0 in range(0, K, BK):
             ks = k0 + tl.arange(0, BK)
             kmask = ks < K
@@ -62,23 +70,3 @@ def _unfit_tile(a_ptr, b_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr, counts_
             tl.store(dst, bf16_bits_rtne(acc).to(tl.int16), mask=keep)
         else:
             tl.store(dst, acc.to(tl.bfloat16), mask=keep)
-
-
-@triton.jit
-def _unfit_mm_kernel(a_ptr, b_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr, counts_ptr,
-                     M, N, K, s_am, s_ak, s_bn, s_bk, s_ym, s_yn,
-                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RM: tl.constexpr, RN: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
-    """One program per [RM * BM, RN * BN] block of ``y``, visited as RM x RN tiles (fewer programs that return
-    at once: the launch costs less where nothing is flagged)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    if (pid_m == 0) & (pid_n == 0):
-        tl.atomic_add(counts_ptr, (M + N).to(tl.int64))
-    for i in tl.static_range(RM):
-        for j in tl.static_range(RN):
-            rows = (pid_m * RM + i) * BM + tl.arange(0, BM)
-            cols = (pid_n * RN + j) * BN + tl.arange(0, BN)
-            _unfit_tile(a_ptr, b_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr, counts_ptr, rows, cols, M, N, K,
-                        s_am, s_ak, s_bn, s_bk, s_ym, s_yn, (pid_n == 0) & (j == 0), (pid_m == 0) & (i == 0),
-                        BK, HAS_BIAS, OUT_BF16, INTERP)

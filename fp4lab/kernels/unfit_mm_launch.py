@@ -13,8 +13,9 @@ from fp4lab.kernels import unfit_mm as uk
 _PLANS: dict[tuple, Any] = {}
 
 
-# (BM, BN, BK, blocks per program along each axis, warps, stages) on the GPU
-GPU_TILE = (128, 128, 64, 1, 8, 3)
+# (BM, BN, BK, warps, stages) on the GPU: the fastest launch with rows to compute and within 2-3 us of the fastest
+# empty one (H200, benchmarks/unfit_mm_sweep.py; BENCHMARKS.md)
+GPU_TILE = (128, 128, 64, 8, 3)
 
 
 def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_bf16: bool,
@@ -24,11 +25,11 @@ def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_b
     plan = _PLANS.get(key)
     if plan is None:
         interp = interpreting()
-        bm, bn, bk, reps, warps, stages = tile or ((16, 16, 16, 2, 4, 1) if interp else GPU_TILE)
+        bm, bn, bk, warps, stages = tile or ((16, 16, 16, 4, 1) if interp else GPU_TILE)
         opts = {} if interp else {"num_warps": warps, "num_stages": stages}
-        plan = CachedLaunch(uk._unfit_mm_kernel, (triton.cdiv(grid[0], bm * reps), triton.cdiv(grid[1], bn * reps)),
-                            dict(BM=bm, BN=bn, BK=bk, RM=reps, RN=reps, HAS_BIAS=has_bias, OUT_BF16=out_bf16,
-                                 INTERP=interp), opts, fixed=fixed, n_lead=7)
+        plan = CachedLaunch(uk._unfit_mm_kernel, (triton.cdiv(grid[0], bm), triton.cdiv(grid[1], bn)),
+                            dict(BM=bm, BN=bn, BK=bk, HAS_BIAS=has_bias, OUT_BF16=out_bf16, INTERP=interp), opts,
+                            fixed=fixed, n_lead=7)
         if len(_PLANS) > 256:
             _PLANS.clear()
         _PLANS[key] = plan
@@ -41,8 +42,8 @@ def unfit_mm_triton(y: Any, a: Any, b: Any, unfit_a: Any, unfit_b: Any, counts: 
     columns whose ``unfit_b`` [N] flag is set, with ``a @ b^T`` (+ ``bias`` [N]) from bf16 ``a`` [M, K] and ``b``
     [N, K] (any strides), fp32 accumulation, one rounding; add ``M + N`` and the number of set flags to the int64
     ``counts[0]`` and ``counts[1]``. Returns ``y``. Flags are int32 0/1 (``to_e4m3_rows``'s ``unfit``). ``tile``:
-    (BM, BN, BK, blocks per program along each axis, warps, stages), for sweeps; the bits do not depend on it
-    beyond the accumulation order inside ``tl.dot``."""
+    (BM, BN, BK, warps, stages), for sweeps; the results depend on it only through the accumulation order inside
+    ``tl.dot``."""
     import torch
 
     from fp4lab.kernels.host import check_device, interpreting, scratch_f32
