@@ -7,7 +7,9 @@
 3. ``scaled_mm`` (the cuBLAS GEMM with a device-memory output scale of two-level recipes) in every operand layout:
    against a float64 product, against the two-pass ``torch.mm`` then multiply, inside a CUDA graph whose scale
    changes between replays, and its time against ``torch.mm`` alone and ``torch.mm`` plus the multiply.
-   ``mxfp4-fp8`` with an input row that takes the bf16 path, against ``mxfp4`` on CUDA.
+   ``mxfp4-fp8`` with an input row that takes the bf16 path, against ``mxfp4`` on CUDA; the bf16-path kernel
+   (``fp4lab.kernels.unfit_mm``) against a float64 product; an FP8 layer step and its bf16-GEMM twin captured in a
+   CUDA graph against the eager step, bit for bit, with the device-side row counts.
 4. Fake-quant kernel time for a 16384 x 4096 bf16 tensor per format and blocking (and tile), against a copy, plus
    the host time per call.
 5. The bit-arithmetic SR encoder (directed-rounding FMAs on the GPU, a float64 twin in the interpreter) on its edges:
