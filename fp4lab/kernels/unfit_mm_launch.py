@@ -15,7 +15,7 @@ _PLANS: dict[tuple, Any] = {}
 
 # (BM, BN, BK, warps, stages) on the GPU: the fastest launch with rows to compute and within 2-3 us of the fastest
 # empty one (H200, benchmarks/unfit_mm_sweep.py; BENCHMARKS.md)
-GPU_TILE = (128, 128, 64, 8, 3)
+GPU_TILE = (128, 128, 64, 4, 3)
 
 
 def _plan(key: tuple, grid: tuple[int, int], fixed: tuple, has_bias: bool, out_bf16: bool,
