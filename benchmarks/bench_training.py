@@ -263,15 +263,18 @@ def main() -> None:
                         for b in args.batch]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
-    print(json.dumps({"linear_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["vs_bf16"], 3) for k, v in r["recipes"].items()}
-                                         for r in out["linear"]},
-                      "linear_graph_vs_bf16": {f"{r['k']}x{r['n']}": {k: round(v["graph_vs_bf16"], 3)
-                                                                     for k, v in r["recipes"].items() if "graph_vs_bf16" in v}
-                                               for r in out["linear"]},
-                      "model_vs_bf16": {f"batch {m['batch']}{' graph' if m['graph'] else ''}": {k: round(v.get("vs_bf16", 1.0), 3)
-                                                                for k, v in m["recipes"].items()}
-                                        for m in out.get("model", [])}}))
+    print(json.dumps(summary(out)))
 
+
+def summary(out: dict[str, Any]) -> dict[str, Any]:
+    """The ratios of a run, by shape (layers) and batch (whole steps)."""
+    def ratios(rows: dict[str, Any], key: str) -> dict[str, float]:
+        return {name: round(v[key], 3) for name, v in rows.items() if key in v}
+    shapes = {f"{r['k']}x{r['n']}": r["recipes"] for r in out["linear"]}
+    return {"linear_vs_bf16": {s: ratios(rows, "vs_bf16") for s, rows in shapes.items()},
+            "linear_graph_vs_bf16": {s: ratios(rows, "graph_vs_bf16") for s, rows in shapes.items()},
+            "model_vs_bf16": {f"batch {m['batch']}{' graph' if m['graph'] else ''}": ratios(m["recipes"], "vs_bf16")
+                              for m in out.get("model", [])}}
 
 if __name__ == "__main__":
     main()

@@ -5,8 +5,10 @@ of A and rows ``j`` of B flagged unfit (not E4M3 times their row's power of two)
 ``y[i, :] = A[i] B^T`` and ``y[:, j] = A B[j]^T`` from the bf16 operands, fp32 accumulation, plus the bias, one
 rounding to y's dtype. One program per [BM, BN] tile of ``y`` reads its BM + BN flags and does nothing more when
 none is set (the common case); otherwise it computes its tile with ``tl.dot`` and stores the elements of the
-flagged rows and columns. A program visits RM x RN such tiles, so few programs start where nothing is flagged. The counts go to device memory (``counts[0] += M + N`` operand rows, ``counts[1] +=``
-the flagged ones), so nothing waits for the host and the GEMM can be captured in a CUDA graph.
+flagged rows and columns (programs covering 2 x 2 or 4 x 4 tiles were slower on the H200, empty or not:
+``benchmarks/unfit_mm_sweep.py``, BENCHMARKS.md). The counts go to device memory (``counts[0] += M + N`` operand
+rows, ``counts[1] +=`` the flagged ones), so nothing waits for the host and the GEMM can be captured in a CUDA
+graph.
 
 In the interpreter ``tl.dot`` on bf16 is wrong (it multiplies the raw bit patterns), so the operands arrive as
 int16 bit patterns and are widened to fp32 exactly, and bf16 outputs are rounded by the integer twin of RTNE.

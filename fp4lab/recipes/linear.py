@@ -103,7 +103,6 @@ class _LayerState:
             along_m=None if m_gemm is None else self.blocking(operand, m_gemm),
             sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype, fold_tensor_scale=self.fold(operand))
 
-
     def fp8_counter(self, device: torch.device) -> torch.Tensor:
         """The int64 [3, 2] counts (per GEMM: operand rows converted, rows that took the bf16 path) on ``device``,
         made on first use; a CUDA-graph capture must not be that first use (the counts would restart at every
