@@ -126,10 +126,11 @@ class _LayerState:
             out.append(v)
         return out
 
-    def fp8_cuda(self, gemm: Gemm, a: torch.Tensor, a_t: bool, b: torch.Tensor, b_t: bool, out_dtype: torch.dtype,
+    def fp8_device(self, gemm: Gemm, a: torch.Tensor, a_t: bool, b: torch.Tensor, b_t: bool, out_dtype: torch.dtype,
                  bias: Any = None) -> torch.Tensor:
-        """CUDA: ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K], B likewise [N, K]; rows that do not fit E4M3
-        take the bf16 path, decided and counted on the device (no host synchronization)."""
+        """The device path (``fp8_gemm.on_device``): ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K], B likewise
+        [N, K]; rows that do not fit E4M3 take the bf16 path, decided and counted on the device (no host
+        synchronization)."""
         a8, b8 = fp8_gemm.to_e4m3_rows(a, a_t), fp8_gemm.to_e4m3_rows(b, b_t)
         return fp8_gemm.fp8_gemm(a8, b8, a.t() if a_t else a, b.t() if b_t else b, out_dtype,
                                  self.recipe.gemm_dtype == "fp8-fast", bias,
@@ -187,7 +188,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         ctx.save_for_backward(xm, weight, ts_xm)
         ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
         if state.fp8 and fp8_gemm.on_device(xk):
-            return state.fp8_cuda("fprop", xk, False, wk, False, out_dtype, bias)
+            return state.fp8_device("fprop", xk, False, wk, False, out_dtype, bias)
         if state.fp8:
             xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
         return _mm(xk, wk.t(), out_dtype, _scale(ts_xk, ts_wk), bias)
@@ -212,9 +213,9 @@ class _QuantLinearFunction(torch.autograd.Function):
                 _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
             if state.fp8 and fp8_gemm.on_device(dy):
                 if need_x:
-                    dx = state.fp8_cuda("dgrad", dyn, False, wn, True, ctx.x_dtype)
+                    dx = state.fp8_device("dgrad", dyn, False, wn, True, ctx.x_dtype)
                 if need_w:
-                    dw = state.fp8_cuda("wgrad", dym, True, xm, True, weight.dtype)
+                    dw = state.fp8_device("wgrad", dym, True, xm, True, weight.dtype)
             else:
                 if state.fp8 and need_x:
                     dyn, wn = state.fp8_cpu("dgrad", (dyn, False), (wn, True))
@@ -266,12 +267,9 @@ class QuantLinear(torch.nn.Linear):
         """FP8 recipes: per GEMM, the operand rows (along the reduction axis) converted so far and how many of
         them did not fit E4M3 times a power of two (their GEMM rows/columns took the bf16 path). The counts live
         in device memory (CUDA-graph replays count too); reading them waits for the GPU."""
-        tot = [[0, 0] for _ in GEMMS]
-        for c in self._state.fp8_counts.values():  # one host synchronization per device
-            for t, (rows, bf16_rows) in zip(tot, c.tolist()):
-                t[0] += rows
-                t[1] += bf16_rows
-        return {g: {"rows": t[0], "bf16_rows": t[1]} for g, t in zip(GEMMS, tot)}
+        tot = sum((c.cpu() for c in self._state.fp8_counts.values()),
+                  torch.zeros((len(GEMMS), 2), dtype=torch.int64))  # one host synchronization per device
+        return {g: {"rows": rows, "bf16_rows": bf16_rows} for g, (rows, bf16_rows) in zip(GEMMS, tot.tolist())}
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
