@@ -37,31 +37,42 @@ def _abs_bits(v):
 
 @triton.jit
 def _maxima_kernel(x_ptr, rmax_ptr, cmax_ptr, signs_k_ptr, signs_m_ptr, rscale_k, rscale_m, M, K, K2,
-                   BM: tl.constexpr, BK: tl.constexpr, IN_KIND: tl.constexpr, WORDS: tl.constexpr,
-                   ROWS: tl.constexpr, COLS: tl.constexpr, RHT_K: tl.constexpr, RHT_M: tl.constexpr):
-    """One [BM, BK] tile of a row-major [M, K] input: ROWS: atomic maxima of |y| bits per row into ``rmax`` [M]
-    (y: the tile rotated along K when RHT_K); COLS: per column into ``cmax`` [K] (rotated along M when RHT_M).
+                   BM: tl.constexpr, BK: tl.constexpr, TILES: tl.constexpr, IN_KIND: tl.constexpr,
+                   WORDS: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, RHT_K: tl.constexpr,
+                   RHT_M: tl.constexpr):
+    """TILES [BM, BK] tiles, one under the other, of a row-major [M, K] input: ROWS: atomic maxima of |y| bits per
+    row into ``rmax`` [M] (y: the tile rotated along K when RHT_K); COLS: per column into ``cmax`` [K] (rotated
+    along M when RHT_M), folded over the program's tiles first (one atomic per column and program).
     ``rmax``/``cmax`` start at zero."""
     C2: tl.constexpr = BK // 2
     H: tl.constexpr = BM // 2
-    rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
-        x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
-    if ROWS:
-        if RHT_K > 0:
-            ye, yo = rht_pairs(xee, xeo, signs_k_ptr, ce, rscale_k, H, C2, RHT_K, False)
-            ze, zo = rht_pairs(xoe, xoo, signs_k_ptr, ce, rscale_k, H, C2, RHT_K, False)
-        else:
-            ye, yo, ze, zo = xee, xeo, xoe, xoo
-        tl.atomic_max(rmax_ptr + rows_e, tl.max(tl.maximum(_abs_bits(ye), _abs_bits(yo)), axis=1), mask=rows_e < M)
-        tl.atomic_max(rmax_ptr + rows_o, tl.max(tl.maximum(_abs_bits(ze), _abs_bits(zo)), axis=1), mask=rows_o < M)
+    cmax_e = tl.zeros([C2], dtype=tl.int32)
+    cmax_o = tl.zeros([C2], dtype=tl.int32)
+    for t in range(TILES):
+        rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
+            x_ptr, (tl.program_id(0) * TILES + t) * BM, M, K, K2, BM, C2, IN_KIND, WORDS)
+        if ROWS:
+            if RHT_K > 0:
+                ye, yo = rht_pairs(xee, xeo, signs_k_ptr, ce, rscale_k, H, C2, RHT_K, False)
+                ze, zo = rht_pairs(xoe, xoo, signs_k_ptr, ce, rscale_k, H, C2, RHT_K, False)
+            else:
+                ye, yo, ze, zo = xee, xeo, xoe, xoo
+            tl.atomic_max(rmax_ptr + rows_e, tl.max(tl.maximum(_abs_bits(ye), _abs_bits(yo)), axis=1),
+                          mask=rows_e < M)
+            tl.atomic_max(rmax_ptr + rows_o, tl.max(tl.maximum(_abs_bits(ze), _abs_bits(zo)), axis=1),
+                          mask=rows_o < M)
+        if COLS:
+            if RHT_M > 0:
+                ye, ze = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
+                yo, zo = rht_row_pairs(xeo, xoo, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
+            else:
+                ye, yo, ze, zo = xee, xeo, xoe, xoo
+            cmax_e = tl.maximum(cmax_e, tl.max(tl.maximum(_abs_bits(ye), _abs_bits(ze)), axis=0))
+            cmax_o = tl.maximum(cmax_o, tl.max(tl.maximum(_abs_bits(yo), _abs_bits(zo)), axis=0))
     if COLS:
-        if RHT_M > 0:
-            ye, ze = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
-            yo, zo = rht_row_pairs(xeo, xoo, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
-        else:
-            ye, yo, ze, zo = xee, xeo, xoe, xoo
-        tl.atomic_max(cmax_ptr + ce, tl.max(tl.maximum(_abs_bits(ye), _abs_bits(ze)), axis=0), mask=ce < K)
-        tl.atomic_max(cmax_ptr + ce + 1, tl.max(tl.maximum(_abs_bits(yo), _abs_bits(zo)), axis=0), mask=ce + 1 < K)
+        ce = 2 * (tl.program_id(1) * C2 + tl.arange(0, C2))
+        tl.atomic_max(cmax_ptr + ce, cmax_e, mask=ce < K)
+        tl.atomic_max(cmax_ptr + ce + 1, cmax_o, mask=ce + 1 < K)
 
 
 @triton.jit

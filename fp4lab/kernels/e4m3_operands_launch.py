@@ -54,12 +54,13 @@ def _plans(x: Any, fmt: QuantFormat, along_k: Blocking | None, along_m: Blocking
     dev = x.device
     interp = interpreting()
     bm, bk, warps = _amax_tile(rk, rm, K, M, interp)
+    tiles = 1 if interp else max(1, min(16, (M // bm) * math.ceil(K / bk) // 1024))  # about 1024 programs
     in_kind = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
     signs_k = device_array(rht_signs(rk, along_k.rht_seed) if rk else np.ones(1, np.float32), dev)
     signs_m = device_array(rht_signs(rm, along_m.rht_seed) if rm else np.ones(1, np.float32), dev)
     opts = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
-    maxima = CachedLaunch(ek._maxima_kernel, (math.ceil(M / bm), math.ceil(K / bk)),
-                          dict(BM=bm, BK=bk, IN_KIND=in_kind, WORDS=in_kind == 1, ROWS=along_k is not None,
+    maxima = CachedLaunch(ek._maxima_kernel, (math.ceil(M / (bm * tiles)), math.ceil(K / bk)),
+                          dict(BM=bm, BK=bk, TILES=tiles, IN_KIND=in_kind, WORDS=in_kind == 1, ROWS=along_k is not None,
                                COLS=along_m is not None, RHT_K=rk, RHT_M=rm), opts,
                           fixed=(signs_k, signs_m, float(rht_scale(rk)) if rk else 1.0,
                                  float(rht_scale(rm)) if rm else 1.0, M, K, K // 2), n_lead=3)

@@ -102,9 +102,15 @@ def _exponent_of(scale_ptr, idx, msk):
 @triton.jit
 def _mark_unfit(side_ptr, unfit_ptr, addr, h, row, bad):
     """bf16 bits ``h`` of the values that do not fit (``bad``) to ``side`` at ``addr``; their operand rows
-    ``row`` unfit (predicated stores: nothing is written where every value fits)."""
+    ``row`` unfit."""
     tl.store(side_ptr + addr, h.to(tl.int16), mask=bad)
     tl.store(unfit_ptr + row, tl.full(addr.shape, 1, tl.int32), mask=bad)
+
+
+@triton.jit
+def _any(a, b):
+    """Scalar: whether any element of the boolean tiles a, b is set."""
+    return tl.max(tl.max(tl.maximum(a.to(tl.int32), b.to(tl.int32)), axis=1), axis=0) > 0
 
 
 @triton.jit
@@ -119,10 +125,13 @@ def _store_e4m3_rows(codes_ptr, e4, ve, vo, rows, ce, rmask, K, R: tl.constexpr,
     cols = tl.program_id(1) * (2 * C2) + tl.arange(0, 2 * C2)
     tl.store(codes_ptr + rows[:, None] * K + cols[None, :], tl.reshape(tl.join(qe, qo), [R, 2 * C2]),
              mask=rmask & (cols < K)[None, :])
-    addr = rows[:, None] * K + ce[None, :]
-    row = rows[:, None] + 0 * ce[None, :]
-    _mark_unfit(side_ptr, unfit_ptr, addr, he, row, rmask & (ce < K)[None, :] & ~oke)
-    _mark_unfit(side_ptr, unfit_ptr, addr + 1, ho, row, rmask & (ce + 1 < K)[None, :] & ~oko)
+    bad_e = rmask & (ce < K)[None, :] & ~oke
+    bad_o = rmask & (ce + 1 < K)[None, :] & ~oko
+    if _any(bad_e, bad_o):  # rare: the stores are not even issued in tiles whose values all fit
+        addr = rows[:, None] * K + ce[None, :]
+        row = rows[:, None] + 0 * ce[None, :]
+        _mark_unfit(side_ptr, unfit_ptr, addr, he, row, bad_e)
+        _mark_unfit(side_ptr, unfit_ptr, addr + 1, ho, row, bad_o)
 
 
 @triton.jit
@@ -144,11 +153,13 @@ def _store_e4m3_cols(codes_ptr, e4, v_ee, v_eo, v_oe, v_oo, rows_e, ce, M, K, BM
     q_oo, h_oo, ok_oo = _e4m3_of(v_oo, r_o, INTERP)
     me = (rows_e < M)[:, None]
     mo = (rows_o < M)[:, None]
-    col_e = ce[None, :] + 0 * rows_e[:, None]
-    _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_e[:, None], h_ee, col_e, me & cm_e & ~ok_ee)
-    _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_e[:, None], h_eo, col_e + 1, me & cm_o & ~ok_eo)
-    _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_o[:, None], h_oe, col_e, mo & cm_e & ~ok_oe)
-    _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_o[:, None], h_oo, col_e + 1, mo & cm_o & ~ok_oo)
+    b_ee, b_eo, b_oe, b_oo = me & cm_e & ~ok_ee, me & cm_o & ~ok_eo, mo & cm_e & ~ok_oe, mo & cm_o & ~ok_oo
+    if _any(b_ee | b_eo, b_oe | b_oo):  # rare: the stores are not even issued in tiles whose values all fit
+        col_e = ce[None, :] + 0 * rows_e[:, None]
+        _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_e[:, None], h_ee, col_e, b_ee)
+        _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_e[:, None], h_eo, col_e + 1, b_eo)
+        _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_o[:, None], h_oe, col_e, b_oe)
+        _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_o[:, None], h_oo, col_e + 1, b_oo)
     even = tl.reshape(tl.permute(tl.join(q_ee, q_oe), [0, 2, 1]), [BM, C2])  # rows interleaved: e0, o0, e1, ...
     odd = tl.reshape(tl.permute(tl.join(q_eo, q_oo), [0, 2, 1]), [BM, C2])
     codes = tl.reshape(tl.join(even, odd), [BM, 2 * C2])
@@ -168,15 +179,15 @@ def _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND: tl.co
 
 
 @triton.jit
-def _load_quarters(x_ptr, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND: tl.constexpr,
+def _load_quarters(x_ptr, m0, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND: tl.constexpr,
                    WORDS: tl.constexpr):
-    """This program's [BM, 2 * C2] tile of a row-major [M, K] input as four [BM/2, C2] quarters x[even rows, even
-    cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd cols], with their row indices, pair
-    indices, even columns, even-element offsets and masks."""
+    """The [BM, 2 * C2] tile at rows ``m0 ...`` and this program's columns of a row-major [M, K] input as four
+    [BM/2, C2] quarters x[even rows, even cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd
+    cols], with their row indices, pair indices, even columns, even-element offsets and masks."""
     H: tl.constexpr = BM // 2
     kw = tl.program_id(1) * C2 + tl.arange(0, C2)
     ce = 2 * kw
-    rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
+    rows_e = m0 + 2 * tl.arange(0, H)
     rows_o = rows_e + 1
     cm = (ce < K)[None, :]
     cmo = (ce + 1 < K)[None, :]
@@ -268,7 +279,7 @@ def _fake_quant_kernel(
     else:
         H: tl.constexpr = BM // 2
         rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
-            x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
+            x_ptr, tl.program_id(0) * BM, M, K, K2, BM, C2, IN_KIND, WORDS)
         if ALONG_K:
             for r in tl.static_range(2):
                 if r == 0:
@@ -353,7 +364,7 @@ def _amax2_kernel(x_ptr, part_ptr, signs_k_ptr, signs_m_ptr, rscale_k, rscale_m,
     pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
     nprog = tl.num_programs(0) * tl.num_programs(1)
     rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
-        x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
+        x_ptr, tl.program_id(0) * BM, M, K, K2, BM, C2, IN_KIND, WORDS)
     amax_k = 0.0
     amax_m = 0.0
     if ALONG_K:
