@@ -18,9 +18,10 @@ decoded, bit for bit. Values: ``value[code] * S`` (``* ts`` unless ``FOLD_TS``: 
 tensor scale to the GEMM's output), rounded to bf16 by the hardware ``cvt.rn.bf16x2.f32`` on the GPU and by its
 integer twin in the interpreter.
 
-``E4M3``: the outputs are FP8 GEMM operands instead (``fp4lab.kernels.e4m3_operands``): each bf16 value ``v``
-as an E4M3 code over its operand row's given ``2^r`` (``fp8_convert.encode_e4m3``), the K output row-major
-[M, K], the M output transposed to [K, M] (its operand rows are the input's columns). A value that is not
+``E4M3``: the outputs are FP8 GEMM operands instead (``fp4lab.kernels.e4m3_operands``): each value ``v`` as an
+E4M3 code over its operand row's given ``2^r`` (``_e4m3_of``: the same codes and decisions as
+``fp8_convert.encode_e4m3`` on the bf16 values), the K output row-major [M, K], the M output transposed to
+[K, M] (its operand rows are the input's columns); two codes per int16 store. A value that is not
 E4M3 times ``2^r`` gets code 0x7F (E4M3 NaN), its bf16 bits go to the ``side`` buffer (same layout) and its
 operand row is marked unfit; nothing else is written to ``side``.
 """
@@ -31,7 +32,6 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.dequantize import bf16_bits_rtne
-from fp4lab.kernels.fp8_convert import encode_e4m3
 from fp4lab.kernels.quantize import _blocks, _expand, multiplier_floor, quantize_halves, tensor_scale
 from fp4lab.kernels.tile import (
     bits_of, decode_elements, f32_of, is_finite, load_f32, pair_tile, philox_pairs, rht_pairs, rht_row_pairs,
@@ -86,11 +86,16 @@ def _bf16_bits(v, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_of(v, r, INTERP: tl.constexpr):
-    """(codes, bf16 bits, fits) of fp32 values ``v`` over ``2^r``: unfit values get code 0x7F (E4M3 NaN)."""
-    h = _bf16_bits(v, INTERP)
-    q, ok = encode_e4m3(h, r)
-    return tl.where(ok, q, 0x7F).to(tl.uint8), h, ok
+def _e4m3_of(v, r):
+    """(E4M3 codes as int32, fits) of fp32 values ``v`` over ``2^r`` (r broadcast): the hardware conversion (RTNE,
+    saturating) of ``v * 2^-r``, and whether ``code * 2^r == v`` as integer bits with ``v`` finite (so flushed
+    subnormals cannot pass). A value that fits is a normal fp32 with at most 4 significant bits (or zero), so
+    it equals its bf16 rounding and the test agrees with ``fp8_convert.encode_e4m3`` on the bf16 values
+    (``|v| >= 2^(r - 9) >= 2^-126``). Unfit values get code 0x7F (E4M3 NaN)."""
+    q = (v * f32_of((127 - r) << 23)).to(tl.float8e4nv)
+    b = bits_of(v)
+    ok = (bits_of(q.to(tl.float32) * f32_of((127 + r) << 23)) == b) & ((b & 0x7F800000) != 0x7F800000)
+    return tl.where(ok, q.to(tl.uint8, bitcast=True).to(tl.int32), 0x7F), ok
 
 
 @triton.jit
@@ -100,10 +105,10 @@ def _exponent_of(scale_ptr, idx, msk):
 
 
 @triton.jit
-def _mark_unfit(side_ptr, unfit_ptr, addr, h, row, bad):
-    """bf16 bits ``h`` of the values that do not fit (``bad``) to ``side`` at ``addr``; their operand rows
+def _mark_unfit(side_ptr, unfit_ptr, addr, v, row, bad, INTERP: tl.constexpr):
+    """bf16 bits of the values ``v`` that do not fit (``bad``) to ``side`` at ``addr``; their operand rows
     ``row`` unfit."""
-    tl.store(side_ptr + addr, h.to(tl.int16), mask=bad)
+    tl.store(side_ptr + addr, _bf16_bits(v, INTERP).to(tl.int16), mask=bad)
     tl.store(unfit_ptr + row, tl.full(addr.shape, 1, tl.int32), mask=bad)
 
 
@@ -114,58 +119,58 @@ def _any(a, b):
 
 
 @triton.jit
-def _store_e4m3_rows(codes_ptr, e4, ve, vo, rows, ce, rmask, K, R: tl.constexpr, C2: tl.constexpr,
-                     INTERP: tl.constexpr):
-    """E4M3 operand of the even/odd halves [R, C2] of rows ``rows`` of the K output: codes [M, K] row-major over
-    each row's 2^r (``e4``: side buffer, row scales, row unfit flags)."""
+def _pair(lo, hi):
+    """int16 words of two E4M3 codes (int32): ``lo`` in the low byte (the lower address)."""
+    return (lo | (hi << 8)).to(tl.int16)
+
+
+@triton.jit
+def _store_e4m3_rows(codes_ptr, e4, ve, vo, rows, kw, ce, rmask, K, K2, INTERP: tl.constexpr):
+    """E4M3 operand of the even/odd halves of rows ``rows`` of the K output: codes [M, K] row-major over each
+    row's 2^r, stored as int16 words of (even, odd) columns (``codes_ptr``: int16 [M, K/2]; ``e4``: side buffer,
+    row scales, row unfit flags)."""
     side_ptr, scale_ptr, unfit_ptr = e4
     r = _exponent_of(scale_ptr, rows[:, None], rmask)
-    qe, he, oke = _e4m3_of(ve, r, INTERP)
-    qo, ho, oko = _e4m3_of(vo, r, INTERP)
-    cols = tl.program_id(1) * (2 * C2) + tl.arange(0, 2 * C2)
-    tl.store(codes_ptr + rows[:, None] * K + cols[None, :], tl.reshape(tl.join(qe, qo), [R, 2 * C2]),
-             mask=rmask & (cols < K)[None, :])
+    qe, oke = _e4m3_of(ve, r)
+    qo, oko = _e4m3_of(vo, r)
+    tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], _pair(qe, qo), mask=rmask & (kw < K2)[None, :])
     bad_e = rmask & (ce < K)[None, :] & ~oke
     bad_o = rmask & (ce + 1 < K)[None, :] & ~oko
     if _any(bad_e, bad_o):  # rare: the stores are not even issued in tiles whose values all fit
         addr = rows[:, None] * K + ce[None, :]
         row = rows[:, None] + 0 * ce[None, :]
-        _mark_unfit(side_ptr, unfit_ptr, addr, he, row, bad_e)
-        _mark_unfit(side_ptr, unfit_ptr, addr + 1, ho, row, bad_o)
+        _mark_unfit(side_ptr, unfit_ptr, addr, ve, row, bad_e, INTERP)
+        _mark_unfit(side_ptr, unfit_ptr, addr + 1, vo, row, bad_o, INTERP)
 
 
 @triton.jit
-def _store_e4m3_cols(codes_ptr, e4, v_ee, v_eo, v_oe, v_oo, rows_e, ce, M, K, BM: tl.constexpr, C2: tl.constexpr,
-                     INTERP: tl.constexpr):
+def _store_e4m3_cols(codes_ptr, e4, v_ee, v_eo, v_oe, v_oo, rows_e, ce, M, K, INTERP: tl.constexpr):
     """E4M3 operand of the M output, whose operand rows are the input's columns: the tile's quarters
-    (even/odd rows x even/odd columns, [BM/2, C2]) as codes [K, M] over each column's 2^r (``e4``: side buffer
-    [K, M], column scales, column unfit flags). The codes are assembled into the [BM, 2 * C2] tile and stored
-    transposed."""
+    (even/odd rows x even/odd columns, [BM/2, C2]) as codes [K, M] over each column's 2^r, stored as int16 words
+    of (even, odd) rows (``codes_ptr``: int16 [K, M/2]; ``e4``: side buffer [K, M], column scales, column unfit
+    flags)."""
     side_ptr, scale_ptr, unfit_ptr = e4
     rows_o = rows_e + 1
     cm_e = (ce < K)[None, :]
     cm_o = (ce + 1 < K)[None, :]
     r_e = _exponent_of(scale_ptr, ce[None, :], cm_e)
     r_o = _exponent_of(scale_ptr, ce[None, :] + 1, cm_o)
-    q_ee, h_ee, ok_ee = _e4m3_of(v_ee, r_e, INTERP)
-    q_eo, h_eo, ok_eo = _e4m3_of(v_eo, r_o, INTERP)
-    q_oe, h_oe, ok_oe = _e4m3_of(v_oe, r_e, INTERP)
-    q_oo, h_oo, ok_oo = _e4m3_of(v_oo, r_o, INTERP)
+    q_ee, ok_ee = _e4m3_of(v_ee, r_e)
+    q_eo, ok_eo = _e4m3_of(v_eo, r_o)
+    q_oe, ok_oe = _e4m3_of(v_oe, r_e)
+    q_oo, ok_oo = _e4m3_of(v_oo, r_o)
     me = (rows_e < M)[:, None]
+    words = ce[None, :] * (M // 2) + (rows_e // 2)[:, None]
+    tl.store(codes_ptr + words, _pair(q_ee, q_oe), mask=me & cm_e)
+    tl.store(codes_ptr + words + M // 2, _pair(q_eo, q_oo), mask=me & cm_o)
     mo = (rows_o < M)[:, None]
     b_ee, b_eo, b_oe, b_oo = me & cm_e & ~ok_ee, me & cm_o & ~ok_eo, mo & cm_e & ~ok_oe, mo & cm_o & ~ok_oo
     if _any(b_ee | b_eo, b_oe | b_oo):  # rare: the stores are not even issued in tiles whose values all fit
         col_e = ce[None, :] + 0 * rows_e[:, None]
-        _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_e[:, None], h_ee, col_e, b_ee)
-        _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_e[:, None], h_eo, col_e + 1, b_eo)
-        _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_o[:, None], h_oe, col_e, b_oe)
-        _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_o[:, None], h_oo, col_e + 1, b_oo)
-    even = tl.reshape(tl.permute(tl.join(q_ee, q_oe), [0, 2, 1]), [BM, C2])  # rows interleaved: e0, o0, e1, ...
-    odd = tl.reshape(tl.permute(tl.join(q_eo, q_oo), [0, 2, 1]), [BM, C2])
-    codes = tl.reshape(tl.join(even, odd), [BM, 2 * C2])
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    cols = tl.program_id(1) * (2 * C2) + tl.arange(0, 2 * C2)
-    tl.store(codes_ptr + cols[None, :] * M + rows[:, None], codes, mask=(rows < M)[:, None] & (cols < K)[None, :])
+        _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_e[:, None], v_ee, col_e, b_ee, INTERP)
+        _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_e[:, None], v_eo, col_e + 1, b_eo, INTERP)
+        _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_o[:, None], v_oe, col_e, b_oe, INTERP)
+        _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_o[:, None], v_oo, col_e + 1, b_oo, INTERP)
 
 
 @triton.jit
@@ -222,7 +227,7 @@ def _along_k(xe, xo, out_ptr, e4, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2
                                             QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL)
     ve, vo = _values(code_e, code_o, S, ts, etab[6], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
     if E4M3:
-        _store_e4m3_rows(out_ptr, e4, ve, vo, rows, ce, rmask, K, R, C2, INTERP)
+        _store_e4m3_rows(out_ptr, e4, ve, vo, rows, kw, ce, rmask, K, K2, INTERP)
     else:
         _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
@@ -309,7 +314,7 @@ def _fake_quant_kernel(
         v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         if E4M3:
             _store_e4m3_cols(outm_ptr, (sidem_ptr, scalem_ptr, unfitm_ptr), v_ee, v_eo, v_oe, v_oo, rows_e, ce, M, K,
-                             BM, C2, INTERP)
+                             INTERP)
         else:
             _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
             _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)

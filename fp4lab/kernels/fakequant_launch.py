@@ -240,7 +240,7 @@ def e4m3_fusable(x: Any, fmt: QuantFormat, along_k: Blocking | None, along_m: Bl
 
     tr, tc = block_extents(fmt)
     both_rotated = along_k is not None and along_m is not None and bool(along_k.rht) and bool(along_m.rht)
-    return (x.ndim == 2 and x.shape[1] % 2 == 0 and tc >= 2 and tr == 1 and not both_rotated
+    return (x.ndim == 2 and x.shape[1] % 2 == 0 and (along_m is None or x.shape[0] % 2 == 0) and tc >= 2 and tr == 1 and not both_rotated
             and fmt.tensor_scale == "none")
 
 
@@ -276,7 +276,7 @@ def fake_quantize_e4m3_triton(x: Any, fmt: QuantFormat, rounding: str | None = N
         codes = torch.empty(shape, dtype=torch.uint8, device=dev)
         side = torch.empty(shape, dtype=torch.bfloat16, device=dev)
         out.append((codes.view(torch.float8_e4m3fn), side))
-        bufs.append((codes, side.view(torch.int16)))
+        bufs.append((codes.view(torch.int16), side.view(torch.int16)))  # two codes per word (K and M are even)
     e4 = (bufs[0][1], bufs[1][1], d if scale_k is None else scale_k, d if scale_m is None else scale_m,
           d if unfit_k is None else unfit_k, d if unfit_m is None else unfit_m)
     _launch(plan, x, along_k, along_m, bufs[0][0], bufs[1][0], plan.scratch, e4)
