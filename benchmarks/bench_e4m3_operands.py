@@ -21,6 +21,13 @@ from fp4lab.kernels.e4m3_operands_launch import e4m3_exponents_triton, repair_un
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_e4m3_triton, fake_quantize_triton
 
 
+SWEEP = {  # (BM, BK, warps) per case of --sweep
+    "x_k": [(16, 256, 4), (32, 256, 4), (16, 512, 4), (8, 256, 2), (32, 128, 4), (16, 256, 8)],
+    "x_m": [(32, 64, 2), (32, 64, 4), (32, 128, 4), (64, 64, 4), (64, 128, 8), (32, 256, 8)],
+    "dy_k_m": [(32, 64, 4), (32, 64, 2), (32, 128, 4), (64, 64, 4), (64, 128, 8), (32, 256, 8)],
+}
+
+
 def us(fn: Any) -> float:
     return do_bench_cudagraph(fn, rep=200) * 1e3
 
@@ -29,6 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--sweep", action="store_true", help="also time the E4M3 pass over a list of tiles")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     fmt = get_format("mxfp4")
@@ -49,6 +57,10 @@ def main() -> None:
         pairs = fake_quantize_e4m3_triton(x, fmt, rounding, along_k=bk, along_m=bm, sr_bits=16, scales=sc)
         p, s, u = (pairs[0], sc[0], sc[1]) if bk is not None else (pairs[1], sc[2], sc[3])
         row["repair_us"] = us(lambda: repair_unfit_rows_triton(p[0], p[1], s, u))
+        if args.sweep:
+            for tile in SWEEP[name]:
+                row[f"fakequant_e4m3_us_{'x'.join(map(str, tile))}"] = us(lambda: fake_quantize_e4m3_triton(
+                    x, fmt, rounding, along_k=bk, along_m=bm, sr_bits=16, scales=sc, tile=tile))
         out[name] = row
         print(name, {k: round(v, 1) for k, v in row.items()}, flush=True)
     print(f"copy {out['copy_us']:.1f} us", flush=True)

@@ -246,14 +246,15 @@ def e4m3_fusable(x: Any, fmt: QuantFormat, along_k: Blocking | None, along_m: Bl
 
 def fake_quantize_e4m3_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, *,
                               along_k: Blocking | None = None, along_m: Blocking | None = None, sr_bits: int = 24,
-                              scales: tuple) -> tuple:
+                              scales: tuple, tile: tuple[int, ...] | None = None) -> tuple:
     """The fake-quantized copies of ``fake_quantize_triton`` (bf16 values) written as FP8 GEMM operands in the
     same pass: ``((codes_k, side_k), (codes_m, side_m))`` (None pairs for blockings not asked for). ``codes_k``
     [M, K] and ``codes_m`` [K, M] (the M output transposed: its operand rows are x's columns) are
     torch.float8_e4m3fn codes over ``scales = (scale_k, unfit_k, scale_m, unfit_m)`` (``e4m3_operands_launch.
     e4m3_exponents_triton``: fp32 ``2^r`` and int32 unfit flags per operand row, None for a blocking not asked
     for). A value that is not E4M3 times its row's ``2^r`` gets code 0x7F, its bf16 bits in ``side`` (bf16, the
-    codes' layout, written nowhere else) and its row's unfit flag set. Only the cases of ``e4m3_fusable``."""
+    codes' layout, written nowhere else) and its row's unfit flag set. Only the cases of ``e4m3_fusable``.
+    ``tile``: (BM, BK, warps) for sweeps (the bits do not depend on it)."""
     import torch
 
     if not x.is_contiguous():
@@ -261,7 +262,7 @@ def fake_quantize_e4m3_triton(x: Any, fmt: QuantFormat, rounding: str | None = N
     if not e4m3_fusable(x, fmt, along_k, along_m):
         raise InputError(f"fake_quantize_e4m3: format '{fmt.name}' with these blockings has no fused E4M3 pass "
                          "(e4m3_fusable)")
-    plan = _plan_for(x, fmt, rounding, along_k, along_m, sr_bits, torch.float8_e4m3fn, True, None)
+    plan = _plan_for(x, fmt, rounding, along_k, along_m, sr_bits, torch.float8_e4m3fn, True, tile)
     M, K = x.shape
     dev = x.device
     d = plan.scratch
