@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
 from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
 
 TILES = [  # (BM, BN, BK, warps, stages)
@@ -50,21 +49,18 @@ def main() -> None:
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                       time.gmtime()), "rows": []}
     for m, n, k in ((16384, 4096, 4096), (4096, 4096, 16384)):
-        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn).to(torch.bfloat16)
-        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).to(torch.bfloat16)
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
         y = torch.zeros(m, n, device="cuda", dtype=torch.bfloat16)
         counts = torch.zeros(2, dtype=torch.int64, device="cuda")
         none_a = torch.zeros(m, dtype=torch.int32, device="cuda")
         none_b = torch.zeros(n, dtype=torch.int32, device="cuda")
         few_a = none_a.clone()
         few_a[::m // 4] = 1  # four rows in four row blocks
-        (qa, sa, _), (qb, sb, _) = to_e4m3_rows_triton(a), to_e4m3_rows_triton(b)
         for tile in TILES:
             row = {"shape": [m, n, k], "tile": list(tile)}
-            row["none_us"] = graph_us(lambda: unfit_mm_triton(y, (qa, sa, none_a, a), (qb, sb, none_b, b), counts,
-                                                              tile=tile))
-            row["four_rows_us"] = graph_us(lambda: unfit_mm_triton(y, (qa, sa, few_a, a), (qb, sb, none_b, b),
-                                                                    counts, tile=tile), 10)
+            row["none_us"] = graph_us(lambda: unfit_mm_triton(y, a, b, none_a, none_b, counts, tile=tile))
+            row["four_rows_us"] = graph_us(lambda: unfit_mm_triton(y, a, b, few_a, none_b, counts, tile=tile), 10)
             out["rows"].append(row)
             print(f"{m}x{n}x{k} tile {tile}: none {row['none_us']:.1f} us, four rows {row['four_rows_us']:.1f} us",
                   flush=True)

@@ -17,13 +17,6 @@ index in the [M, K] input (independent seeds per output), so every output equals
 decoded, bit for bit. Values: ``value[code] * S`` (``* ts`` unless ``FOLD_TS``: two-level formats may leave the
 tensor scale to the GEMM's output), rounded to bf16 by the hardware ``cvt.rn.bf16x2.f32`` on the GPU and by its
 integer twin in the interpreter.
-
-``E4M3``: the outputs are FP8 GEMM operands instead (``fp4lab.kernels.e4m3_operands``): each value ``v`` as an
-E4M3 code over its operand row's given ``2^r`` (``_e4m3_of``: the same codes and decisions as
-``fp8_convert.encode_e4m3`` on the bf16 values), the K output row-major [M, K], the M output transposed to
-[K, M] (its operand rows are the input's columns); two codes per int16 store. A value that is not
-E4M3 times ``2^r`` gets code 0x7F (E4M3 NaN), its bf16 bits go to the ``side`` buffer (same layout) and its
-operand row is marked unfit; nothing else is written to ``side``.
 """
 
 from __future__ import annotations
@@ -77,93 +70,6 @@ def _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, BM: tl.constexpr, C2
 
 
 @triton.jit
-def _bf16_bits(v, INTERP: tl.constexpr):
-    """int32 bf16 bit patterns (in [0, 65535]) of fp32 ``v`` rounded to nearest-even, as ``_store`` writes them."""
-    if INTERP:
-        return bf16_bits_rtne(v) & 0xFFFF
-    else:
-        return v.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-
-
-@triton.jit
-def _e4m3_of(v, r):
-    """(E4M3 codes as int32, fits) of fp32 values ``v`` over ``2^r`` (r broadcast): the hardware conversion (RTNE,
-    saturating) of ``v * 2^-r``, and whether ``code * 2^r == v`` as integer bits with ``v`` finite (so flushed
-    subnormals cannot pass). A value that fits is a normal fp32 with at most 4 significant bits (or zero), so
-    it equals its bf16 rounding and the test agrees with ``fp8_convert.encode_e4m3`` on the bf16 values
-    (``|v| >= 2^(r - 9) >= 2^-126``). Unfit values get code 0x7F (E4M3 NaN)."""
-    q = (v * f32_of((127 - r) << 23)).to(tl.float8e4nv)
-    b = bits_of(v)
-    ok = (bits_of(q.to(tl.float32) * f32_of((127 + r) << 23)) == b) & ((b & 0x7F800000) != 0x7F800000)
-    return tl.where(ok, q.to(tl.uint8, bitcast=True).to(tl.int32), 0x7F), ok
-
-
-@triton.jit
-def _exponent_of(scale_ptr, idx, msk):
-    """int32 ``r`` of the fp32 row scales ``2^r`` at ``idx``."""
-    return (bits_of(tl.load(scale_ptr + idx, mask=msk, other=1.0)) >> 23) - 127
-
-
-@triton.jit
-def _mark_unfit(side_ptr, unfit_ptr, addr, v, row, bad, INTERP: tl.constexpr):
-    """bf16 bits of the values ``v`` that do not fit (``bad``) to ``side`` at ``addr``; their operand rows
-    ``row`` unfit (predicated stores, issued for every element: a branch around them on a tile-wide "any"
-    skipped the stores on the H200 while the interpreter took it, so it was dropped)."""
-    tl.store(side_ptr + addr, _bf16_bits(v, INTERP).to(tl.int16), mask=bad)
-    tl.store(unfit_ptr + row, tl.full(addr.shape, 1, tl.int32), mask=bad)
-
-
-@triton.jit
-def _pair(lo, hi):
-    """int16 words of two E4M3 codes (int32): ``lo`` in the low byte (the lower address)."""
-    return (lo | (hi << 8)).to(tl.int16)
-
-
-@triton.jit
-def _store_e4m3_rows(codes_ptr, e4, ve, vo, rows, kw, ce, rmask, K, K2, INTERP: tl.constexpr):
-    """E4M3 operand of the even/odd halves of rows ``rows`` of the K output: codes [M, K] row-major over each
-    row's 2^r, stored as int16 words of (even, odd) columns (``codes_ptr``: int16 [M, K/2]; ``e4``: side buffer,
-    row scales, row unfit flags)."""
-    side_ptr, scale_ptr, unfit_ptr = e4
-    r = _exponent_of(scale_ptr, rows[:, None], rmask)
-    qe, oke = _e4m3_of(ve, r)
-    qo, oko = _e4m3_of(vo, r)
-    tl.store(codes_ptr + rows[:, None] * K2 + kw[None, :], _pair(qe, qo), mask=rmask & (kw < K2)[None, :])
-    addr = rows[:, None] * K + ce[None, :]
-    row = rows[:, None] + 0 * ce[None, :]
-    _mark_unfit(side_ptr, unfit_ptr, addr, ve, row, rmask & (ce < K)[None, :] & ~oke, INTERP)
-    _mark_unfit(side_ptr, unfit_ptr, addr + 1, vo, row, rmask & (ce + 1 < K)[None, :] & ~oko, INTERP)
-
-
-@triton.jit
-def _store_e4m3_cols(codes_ptr, e4, v_ee, v_eo, v_oe, v_oo, rows_e, ce, M, K, INTERP: tl.constexpr):
-    """E4M3 operand of the M output, whose operand rows are the input's columns: the tile's quarters
-    (even/odd rows x even/odd columns, [BM/2, C2]) as codes [K, M] over each column's 2^r, stored as int16 words
-    of (even, odd) rows (``codes_ptr``: int16 [K, M/2]; ``e4``: side buffer [K, M], column scales, column unfit
-    flags)."""
-    side_ptr, scale_ptr, unfit_ptr = e4
-    rows_o = rows_e + 1
-    cm_e = (ce < K)[None, :]
-    cm_o = (ce + 1 < K)[None, :]
-    r_e = _exponent_of(scale_ptr, ce[None, :], cm_e)
-    r_o = _exponent_of(scale_ptr, ce[None, :] + 1, cm_o)
-    q_ee, ok_ee = _e4m3_of(v_ee, r_e)
-    q_eo, ok_eo = _e4m3_of(v_eo, r_o)
-    q_oe, ok_oe = _e4m3_of(v_oe, r_e)
-    q_oo, ok_oo = _e4m3_of(v_oo, r_o)
-    me = (rows_e < M)[:, None]
-    words = ce[None, :] * (M // 2) + (rows_e // 2)[:, None]
-    tl.store(codes_ptr + words, _pair(q_ee, q_oe), mask=me & cm_e)
-    tl.store(codes_ptr + words + M // 2, _pair(q_eo, q_oo), mask=me & cm_o)
-    mo = (rows_o < M)[:, None]
-    col_e = ce[None, :] + 0 * rows_e[:, None]
-    _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_e[:, None], v_ee, col_e, me & cm_e & ~ok_ee, INTERP)
-    _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_e[:, None], v_eo, col_e + 1, me & cm_o & ~ok_eo, INTERP)
-    _mark_unfit(side_ptr, unfit_ptr, col_e * M + rows_o[:, None], v_oe, col_e, mo & cm_e & ~ok_oe, INTERP)
-    _mark_unfit(side_ptr, unfit_ptr, (col_e + 1) * M + rows_o[:, None], v_oo, col_e + 1, mo & cm_o & ~ok_oo, INTERP)
-
-
-@triton.jit
 def _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND: tl.constexpr, WORDS: tl.constexpr):
     """fp32 even/odd column halves of rows ``rows``: bf16 pairs as int32 words (WORDS), else element loads."""
     if WORDS:
@@ -174,15 +80,15 @@ def _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND: tl.co
 
 
 @triton.jit
-def _load_quarters(x_ptr, m0, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND: tl.constexpr,
+def _load_quarters(x_ptr, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND: tl.constexpr,
                    WORDS: tl.constexpr):
-    """The [BM, 2 * C2] tile at rows ``m0 ...`` and this program's columns of a row-major [M, K] input as four
-    [BM/2, C2] quarters x[even rows, even cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd
-    cols], with their row indices, pair indices, even columns, even-element offsets and masks."""
+    """This program's [BM, 2 * C2] tile of a row-major [M, K] input as four [BM/2, C2] quarters x[even rows, even
+    cols], x[even rows, odd cols], x[odd rows, even cols], x[odd rows, odd cols], with their row indices, pair
+    indices, even columns, even-element offsets and masks."""
     H: tl.constexpr = BM // 2
     kw = tl.program_id(1) * C2 + tl.arange(0, C2)
     ce = 2 * kw
-    rows_e = m0 + 2 * tl.arange(0, H)
+    rows_e = tl.program_id(0) * BM + 2 * tl.arange(0, H)
     rows_o = rows_e + 1
     cm = (ce < K)[None, :]
     cmo = (ce + 1 < K)[None, :]
@@ -197,14 +103,13 @@ def _load_quarters(x_ptr, m0, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_K
 
 
 @triton.jit
-def _along_k(xe, xo, out_ptr, e4, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g,
-             floor, etab, stab, E4M3: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
+def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g, floor,
+             etab, stab, R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
              RHT_N: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr, INTERP: tl.constexpr,
              FAST_RAND: tl.constexpr, SRW: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
              ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr):
     """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them (``floor``: the
-    multiplier floor of two-level formats for ``ts``; E4M3: as E4M3 codes, ``e4`` = side buffer, row scales, row
-    unfit flags)."""
+    multiplier floor of two-level formats for ``ts``)."""
     C2: tl.constexpr = BK // 2
     if RHT_N > 0:
         xe, xo = rht_pairs(xe, xo, signs_ptr, ce, rscale, R, C2, RHT_N, False)
@@ -216,15 +121,12 @@ def _along_k(xe, xo, out_ptr, e4, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2
     code_e, code_o, sc, S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, R, C2, TR, TC, TWO_D, ELEM, SCALE,
                                             QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL)
     ve, vo = _values(code_e, code_o, S, ts, etab[6], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
-    if E4M3:
-        _store_e4m3_rows(out_ptr, e4, ve, vo, rows, kw, ce, rmask, K, K2, INTERP)
-    else:
-        _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
+    _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
 
 @triton.jit(do_not_specialize=["seed_k", "seed_m"])
 def _fake_quant_kernel(
-    x_ptr, outk_ptr, outm_ptr, tsv_ptr, sidek_ptr, sidem_ptr, scalek_ptr, scalem_ptr, unfitk_ptr, unfitm_ptr,
+    x_ptr, outk_ptr, outm_ptr, tsv_ptr,
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr,
     nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg,
     tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr,
@@ -235,23 +137,19 @@ def _fake_quant_kernel(
     RHT_K: tl.constexpr, RHT_M: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr,
     INTERP: tl.constexpr, SEED_PTR: tl.constexpr, FAST_RAND: tl.constexpr, SRW: tl.constexpr,
     QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr,
-    ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr, E4M3: tl.constexpr,
+    ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr,
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
     ``outk`` and/or along M into ``outm``. Two-level formats: ``tsv_ptr`` holds, for the K and the M output, the
     tensor scale, encode scale and multiplier floor that ``_tensor_scales_kernel`` derived from the tensor amax of
     the K- and M-rotated tensors. SEED_PTR: ``seed_k``/``seed_m`` point at int64 seeds in device memory (CUDA-graph
-    replays read the current step's seeds there). E4M3: ``outk``/``outm`` take uint8 codes, the K output
-    row-major and the M output [K, M], over the scales ``2^r`` at ``scalek``/``scalem`` (one per operand row);
-    values that do not fit go to ``sidek``/``sidem`` (int16 bf16 bits) and mark ``unfitk``/``unfitm``. The
-    table arguments are those of ``quantize._quantize_kernel``."""
+    replays read the current step's seeds there). The table arguments are those of ``quantize._quantize_kernel``."""
     if SEED_PTR:
         seed_k = tl.load(seed_k)
         seed_m = tl.load(seed_m)
     etab = (thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, vals_ptr, nan_code, ovf_thr, ovf_nan, inf_pos,
             inf_neg)
     stab = (tg_ptr, itg_ptr, stab_ptr, scpos_ptr, svals_ptr, min_s, max_s, zero_code, inf_code, snan_code)
-    e4k = (sidek_ptr, scalek_ptr, unfitk_ptr)
     C2: tl.constexpr = BK // 2
     pid_k = tl.program_id(1)
     ts_k = 1.0
@@ -268,21 +166,21 @@ def _fake_quant_kernel(
     if not ALONG_M:
         rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, 1, BM, C2, True)
         xe, xo = _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND, WORDS)
-        _along_k(xe, xo, outk_ptr, e4k, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed_k, signs_k_ptr,
-                 rscale_k, ts_k, g_k, fl_k, etab, stab, E4M3, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, FAST_RAND, SRW,
+        _along_k(xe, xo, outk_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed_k, signs_k_ptr, rscale_k,
+                 ts_k, g_k, fl_k, etab, stab, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, FAST_RAND, SRW,
                  QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
     else:
         H: tl.constexpr = BM // 2
         rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
-            x_ptr, tl.program_id(0) * BM, M, K, K2, BM, C2, IN_KIND, WORDS)
+            x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
         if ALONG_K:
             for r in tl.static_range(2):
                 if r == 0:
                     rr, a_e, ye, yo, rm_ = rows_e, ae_e, xee, xeo, me_e
                 else:
                     rr, a_e, ye, yo, rm_ = rows_o, ae_o, xoe, xoo, me_o
-                _along_k(ye, yo, outk_ptr, e4k, rr, kw, ce, a_e, a_e + 1, rm_, rm_ & wm, K, K2, seed_k, signs_k_ptr,
-                         rscale_k, ts_k, g_k, fl_k, etab, stab, E4M3, H, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP,
+                _along_k(ye, yo, outk_ptr, rr, kw, ce, a_e, a_e + 1, rm_, rm_ & wm, K, K2, seed_k, signs_k_ptr,
+                         rscale_k, ts_k, g_k, fl_k, etab, stab, H, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP,
                          FAST_RAND, SRW, QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
         # along M: per column parity, the even-row and odd-row halves form blocks of TC // 2 rows each
         if RHT_M > 0:
@@ -302,12 +200,8 @@ def _fake_quant_kernel(
         c_eo, c_oo, sc_o, S_o = quantize_halves(xeo, xoo, reo, roo, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
                                                 ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
         v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
-        if E4M3:
-            _store_e4m3_cols(outm_ptr, (sidem_ptr, scalem_ptr, unfitm_ptr), v_ee, v_eo, v_oe, v_oo, rows_e, ce, M, K,
-                             INTERP)
-        else:
-            _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
-            _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)
+        _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
+        _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)
 
 
 @triton.jit
@@ -359,7 +253,7 @@ def _amax2_kernel(x_ptr, part_ptr, signs_k_ptr, signs_m_ptr, rscale_k, rscale_m,
     pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
     nprog = tl.num_programs(0) * tl.num_programs(1)
     rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
-        x_ptr, tl.program_id(0) * BM, M, K, K2, BM, C2, IN_KIND, WORDS)
+        x_ptr, M, K, K2, BM, C2, IN_KIND, WORDS)
     amax_k = 0.0
     amax_m = 0.0
     if ALONG_K:

@@ -111,8 +111,7 @@ def _amax_tile(rht_k: int, rht_m: int, K: int, M: int, interp: bool) -> tuple[in
 
 
 def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
-           sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None, seed_ptr: bool,
-           e4m3: bool = False) -> None:
+           sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None, seed_ptr: bool) -> None:
     """Fill ``plan`` for the fused kernel: tile, constexprs, tables, RHT signs, amax pass."""
     import torch
 
@@ -136,8 +135,6 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     interp = interpreting()
     bm, bk, warps = _tile(tc, tr, rk, rm, along_k is not None, along_m is not None, K, M, interp, tile,
                           coded_scales=sp.cx.KIND == 4)
-    if e4m3 and along_k is not None and along_m is not None and tile is None and not interp:
-        warps = 2  # H200, mxfp4 SR-16 RHT-32 along M, 16384 x 4096: 469 -> 436 us (bench_e4m3_operands --sweep)
     if bk % max(tc, rk, 2) or bm % max(tr, rm, tc if along_m is not None else 1, 2):
         raise InputError(f"fake_quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT sizes")
     grid = (math.ceil(M / bm), math.ceil(K / bk))
@@ -154,7 +151,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
         BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, WORDS=words, ALONG_K=along_k is not None,
         ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
         SEED_PTR=seed_ptr, FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, QDIV_K=qdiv(rk),
-        QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt), E4M3=e4m3,
+        QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt),
     )
     options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
     tables = kernel_tables(ep, sp, dev)
@@ -180,7 +177,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = tables
     args = (thr, ctab, f[0], lvl, sctab, igap, vals, f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals,
             f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
-    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=10)
+    plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=4)
     plan.signs_k, plan.signs_m, plan.fixed, plan.two_level = signs_k, signs_m, fixed, sp.two_level
     plan.amax, plan.scales = amax, scales
 
@@ -203,7 +200,16 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
 
     if not x.is_contiguous():
         x = x.contiguous()
-    plan = _plan_for(x, fmt, rounding, along_k, along_m, sr_bits, out_dtype, apply_tensor_scale, tile)
+    seed_ptr = any(b is not None and not isinstance(b.seed, int) for b in (along_k, along_m))
+    key = (id(fmt), rounding, x.shape, x.dtype, x.device, None if along_k is None else (along_k.rht,
+           along_k.rht_seed), None if along_m is None else (along_m.rht, along_m.rht_seed), sr_bits, out_dtype,
+           apply_tensor_scale, tile, seed_ptr)
+    plan = _PLANS.get(key)
+    if plan is None or plan.fmt is not fmt:
+        if len(_PLANS) > 512:
+            _PLANS.clear()
+        plan = _PLANS[key] = _make_plan(x, fmt, rounding, along_k, along_m, sr_bits, out_dtype, apply_tensor_scale,
+                                        tile, seed_ptr)
     if plan.kind == "split":
         yk, _, tsk, _ = fake_quantize_triton(x, fmt, rounding, along_k=along_k, sr_bits=sr_bits, out_dtype=out_dtype,
                                              apply_tensor_scale=apply_tensor_scale)
@@ -214,11 +220,12 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
         return _fallback(x, fmt, plan.mode, along_k, along_m, sr_bits, plan.out_dtype, apply_tensor_scale)
     M, K = x.shape
     dev = x.device
+    xk = x.view(torch.int32) if plan.words else x
     tsv = plan.scratch
     if plan.two_level:
         tsv = torch.empty(8, dtype=torch.float32, device=dev)  # (ts, g, floor code, floor value) for K, for M
         part = torch.empty((2, plan.amax.grid[0] * plan.amax.grid[1]), dtype=torch.float32, device=dev)
-        plan.amax(x.view(torch.int32) if plan.words else x, part)
+        plan.amax(xk, part)
         plan.scales(part, tsv)
     yk = ym = None
     vk = vm = plan.dummy_out
@@ -228,91 +235,14 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     if along_m is not None:
         ym = torch.empty((M, K), dtype=plan.out_dtype, device=dev)
         vm = ym.view(plan.view_dtype)
-    d = plan.scratch
-    _launch(plan, x, along_k, along_m, vk, vm, tsv, (d, d, d, d, d, d))
+    if seed_ptr:
+        plan.launch(xk, vk, vm, tsv, _seed_tensor(along_k, plan), _seed_tensor(along_m, plan))
+    else:
+        plan.launch(xk, vk, vm, tsv, int(along_k.seed) if along_k is not None else 0,
+                    int(along_m.seed) if along_m is not None else 0)
     ts_k = tsv[0:1] if plan.two_level and along_k is not None else None
     ts_m = tsv[4:5] if plan.two_level and along_m is not None else None
     return yk, ym, ts_k, ts_m
-
-
-def e4m3_fusable(x: Any, fmt: QuantFormat, along_k: Blocking | None, along_m: Blocking | None) -> bool:
-    """Whether ``fake_quantize_e4m3_triton`` takes these arguments: the fused kernel's cases (1-D blocks of two or
-    more elements, even K, no rotation along both axes at once) of a single-level format."""
-    from fp4lab.kernels.params import block_extents
-
-    tr, tc = block_extents(fmt)
-    both_rotated = along_k is not None and along_m is not None and bool(along_k.rht) and bool(along_m.rht)
-    return (x.ndim == 2 and x.shape[1] % 2 == 0 and (along_m is None or x.shape[0] % 2 == 0) and tc >= 2 and tr == 1 and not both_rotated
-            and fmt.tensor_scale == "none")
-
-
-def fake_quantize_e4m3_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, *,
-                              along_k: Blocking | None = None, along_m: Blocking | None = None, sr_bits: int = 24,
-                              scales: tuple, tile: tuple[int, ...] | None = None) -> tuple:
-    """The fake-quantized copies of ``fake_quantize_triton`` (bf16 values) written as FP8 GEMM operands in the
-    same pass: ``((codes_k, side_k), (codes_m, side_m))`` (None pairs for blockings not asked for). ``codes_k``
-    [M, K] and ``codes_m`` [K, M] (the M output transposed: its operand rows are x's columns) are
-    torch.float8_e4m3fn codes over ``scales = (scale_k, unfit_k, scale_m, unfit_m)`` (``e4m3_operands_launch.
-    e4m3_exponents_triton``: fp32 ``2^r`` and int32 unfit flags per operand row, None for a blocking not asked
-    for). A value that is not E4M3 times its row's ``2^r`` gets code 0x7F, its bf16 bits in ``side`` (bf16, the
-    codes' layout, written nowhere else) and its row's unfit flag set. Only the cases of ``e4m3_fusable``.
-    ``tile``: (BM, BK, warps) for sweeps (the bits do not depend on it)."""
-    import torch
-
-    if not x.is_contiguous():
-        x = x.contiguous()
-    if not e4m3_fusable(x, fmt, along_k, along_m):
-        raise InputError(f"fake_quantize_e4m3: format '{fmt.name}' with these blockings has no fused E4M3 pass "
-                         "(e4m3_fusable)")
-    plan = _plan_for(x, fmt, rounding, along_k, along_m, sr_bits, torch.float8_e4m3fn, True, tile)
-    M, K = x.shape
-    dev = x.device
-    d = plan.scratch
-    scale_k, unfit_k, scale_m, unfit_m = scales
-    out: list[Any] = []
-    bufs: list[Any] = []
-    for spec, shape in ((along_k, (M, K)), (along_m, (K, M))):
-        if spec is None:
-            out.append(None)
-            bufs.append((d, d))
-            continue
-        codes = torch.empty(shape, dtype=torch.uint8, device=dev)
-        side = torch.empty(shape, dtype=torch.bfloat16, device=dev)
-        out.append((codes.view(torch.float8_e4m3fn), side))
-        bufs.append((codes.view(torch.int16), side.view(torch.int16)))  # two codes per word (K and M are even)
-    e4 = (bufs[0][1], bufs[1][1], d if scale_k is None else scale_k, d if scale_m is None else scale_m,
-          d if unfit_k is None else unfit_k, d if unfit_m is None else unfit_m)
-    _launch(plan, x, along_k, along_m, bufs[0][0], bufs[1][0], plan.scratch, e4)
-    return out[0], out[1]
-
-
-def _plan_for(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking | None, along_m: Blocking | None,
-              sr_bits: int, out_dtype: Any, apply_ts: bool, tile: tuple[int, ...] | None) -> "_Plan":
-    """The cached plan of a call signature (made on first use)."""
-    seed_ptr = any(b is not None and not isinstance(b.seed, int) for b in (along_k, along_m))
-    key = (id(fmt), rounding, x.shape, x.dtype, x.device, None if along_k is None else (along_k.rht,
-           along_k.rht_seed), None if along_m is None else (along_m.rht, along_m.rht_seed), sr_bits, out_dtype,
-           apply_ts, tile, seed_ptr)
-    plan = _PLANS.get(key)
-    if plan is None or plan.fmt is not fmt:
-        if len(_PLANS) > 512:
-            _PLANS.clear()
-        plan = _PLANS[key] = _make_plan(x, fmt, rounding, along_k, along_m, sr_bits, out_dtype, apply_ts, tile,
-                                        seed_ptr)
-    return plan
-
-
-def _launch(plan: "_Plan", x: Any, along_k: Blocking | None, along_m: Blocking | None, vk: Any, vm: Any, tsv: Any,
-            e4: tuple) -> None:
-    """One launch of the fused kernel (``e4``: side buffers, scales and unfit flags of the E4M3 outputs)."""
-    import torch
-
-    xk = x.view(torch.int32) if plan.words else x
-    if any(b is not None and not isinstance(b.seed, int) for b in (along_k, along_m)):
-        plan.launch(xk, vk, vm, tsv, *e4, _seed_tensor(along_k, plan), _seed_tensor(along_m, plan))
-    else:
-        plan.launch(xk, vk, vm, tsv, *e4, int(along_k.seed) if along_k is not None else 0,
-                    int(along_m.seed) if along_m is not None else 0)
 
 
 def _seed_tensor(spec: Blocking | None, plan: "_Plan") -> Any:
@@ -343,9 +273,8 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
     mode = check_rounding(rounding, fmt)
     sr_bits = check_sr_bits(sr_bits)
     out_dtype = out_dtype or torch.bfloat16
-    if out_dtype not in (torch.bfloat16, torch.float32, torch.float8_e4m3fn):
+    if out_dtype not in (torch.bfloat16, torch.float32):
         raise InputError(f"fake_quantize: out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype}")
-    e4m3 = out_dtype == torch.float8_e4m3fn  # (fake_quantize_e4m3_triton)
     M, K = x.shape
     _check_extents(fmt, M, K, along_k, along_m)
     tr, tc = block_extents(fmt)
@@ -366,8 +295,7 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
         # two passes are faster (H200, ufp4 RHT-16 on a 16384 x 4096 bf16 tensor: 142 + 160 us against 462 us)
         plan.kind = "split"
     else:
-        _fused(plan, x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32, apply_ts, tile, seed_ptr,
-               e4m3)
+        _fused(plan, x, fmt, mode, along_k, along_m, sr_bits, out_dtype == torch.float32, apply_ts, tile, seed_ptr)
         plan.zero_seed = torch.zeros(1, dtype=torch.int64, device=x.device)
         interp = interpreting()
         plan.words = x.dtype == torch.bfloat16

@@ -7,7 +7,7 @@ The rule (``fp4lab.recipes.fp8_gemm`` has the torch twin and the argument for wh
 * ``r = max(E - 8, R_MIN)`` where ``E`` is the binary exponent of the row's largest magnitude ``a`` (``E - 7``
   when the mantissa of ``a`` exceeds 1.75, since 448 = 1.75 * 2^8 is E4M3's largest finite value), ``R_MIN =
   -117``; ``r = 0`` for a row of zeros. A row holding an Inf or NaN is unfit.
-* each element ``v`` fits when ``decode(e4m3(v * 2^-r)) * 2^r == v`` as integer bits (``encode_e4m3`` says why that
+* each element ``v`` fits when ``decode(e4m3(v * 2^-r)) * 2^r == v`` as integer bits (``_encode`` says why that
   is exact on the GPU and in the interpreter); elements that do not fit are written as code 0 and mark their row
   unfit. Signed zeros keep their sign. The torch twin ``fp4lab.recipes.fp8_gemm.e4m3_rows_reference`` decides
   the same by integer arithmetic on the bf16 bits; tests compare the two bit for bit.
@@ -38,7 +38,7 @@ def _row_exp(amax, R_LO: tl.constexpr):
 
 
 @triton.jit
-def encode_e4m3(h, r):
+def _encode(h, r):
     """(E4M3 code, fits) of bf16 bits ``h`` (int32 in [0, 65535]) over ``2^r`` (int32 in [-117, 121], broadcast;
     ``|v| / 2^r <= 448`` in finite rows). The hardware conversion (RTNE, saturating) of ``w = v * 2^-r`` gives a
     code ``q`` whose value is always an E4M3 number, so ``decode(q) * 2^r == v`` (as integer bits: immune to
@@ -81,7 +81,7 @@ def _rows_kernel(x_ptr, q_ptr, scale_ptr, unfit_ptr, R, C, BR: tl.constexpr, BC:
     for c0 in range(0, C, BC):
         cols = c0 + tl.arange(0, BC)
         msk = rmask[:, None] & (cols < C)[None, :]
-        code, ok = encode_e4m3(_load_bits(x_ptr, base + cols[None, :], msk, EVEN), r[:, None])
+        code, ok = _encode(_load_bits(x_ptr, base + cols[None, :], msk, EVEN), r[:, None])
         if EVEN:
             tl.store(q_ptr + base + cols[None, :], code)
         else:
@@ -108,7 +108,7 @@ def _cols_kernel(x_ptr, amax_ptr, q_ptr, scale_ptr, unfit_ptr, R, C, BM: tl.cons
     cmask = cols < C
     msk = (rows < R)[:, None] & cmask[None, :]
     r, bad = _row_exp(tl.load(amax_ptr + cols, mask=cmask, other=0), R_LO)
-    code, ok = encode_e4m3(_load_bits(x_ptr, rows[:, None] * C + cols[None, :], msk, EVEN), r[None, :])
+    code, ok = _encode(_load_bits(x_ptr, rows[:, None] * C + cols[None, :], msk, EVEN), r[None, :])
     if EVEN:
         tl.store(q_ptr + cols[None, :] * R + rows[:, None], code)
     else:

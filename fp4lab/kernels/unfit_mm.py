@@ -1,20 +1,17 @@
 """Triton kernel: the bf16 path of an FP8 GEMM's unfit operand rows, decided on the device.
 
-``y = A @ B^T`` (A [M, K], B [N, K]) was computed from E4M3 operands (``fp4lab.recipes.fp8_gemm``: row-major
-codes, a power of two per row). Rows ``i`` of A and rows ``j`` of B flagged unfit (not E4M3 times their row's
-power of two) take the bf16 path instead: ``y[i, :] = A[i] B^T`` and ``y[:, j] = A B[j]^T``, fp32
-accumulation, plus the bias, one rounding to y's dtype. The operands' values come from their codes times the
-row's power of two in fit rows (exact in bf16) and from their bf16 ``values`` (any strides; read only there) in
-unfit rows. One program per [BM, BN] tile of ``y`` reads its BM + BN flags and does nothing more when
+``y = A @ B^T`` (A [M, K], B [N, K]) was computed from E4M3 operands (``fp4lab.recipes.fp8_gemm``). Rows ``i``
+of A and rows ``j`` of B flagged unfit (not E4M3 times their row's power of two) take the bf16 path instead:
+``y[i, :] = A[i] B^T`` and ``y[:, j] = A B[j]^T`` from the bf16 operands, fp32 accumulation, plus the bias, one
+rounding to y's dtype. One program per [BM, BN] tile of ``y`` reads its BM + BN flags and does nothing more when
 none is set (the common case); otherwise it computes its tile with ``tl.dot`` and stores the elements of the
 flagged rows and columns (programs covering 2 x 2 or 4 x 4 tiles were slower on the H200, empty or not:
 ``benchmarks/unfit_mm_sweep.py``, BENCHMARKS.md). The counts go to device memory (``counts[0] += M + N`` operand
 rows, ``counts[1] +=`` the flagged ones), so nothing waits for the host and the GEMM can be captured in a CUDA
 graph.
 
-In the interpreter ``tl.dot`` on bf16 is wrong (it multiplies the raw bit patterns), so the bf16 values arrive
-as int16 bit patterns, every operand tile is widened to fp32 exactly, and bf16 outputs are rounded by the integer
-twin of RTNE.
+In the interpreter ``tl.dot`` on bf16 is wrong (it multiplies the raw bit patterns), so the operands arrive as
+int16 bit patterns and are widened to fp32 exactly, and bf16 outputs are rounded by the integer twin of RTNE.
 """
 
 from __future__ import annotations
@@ -27,34 +24,18 @@ from fp4lab.kernels.tile import f32_of
 
 
 @triton.jit
-def _operand_tile(codes_ptr, scale_ptr, vals_ptr, unfit, i, j, K, si, sj, mask, IJ: tl.constexpr,
-                  INTERP: tl.constexpr):
-    """The tile of operand rows ``i`` and reduction indices ``j`` (IJ: shape [len(i), len(j)], else
-    [len(j), len(i)]; zeros outside ``mask``): ``code * 2^r`` from the row-major codes [rows, K] in rows whose
-    ``unfit`` flag is clear, ``vals[i * si + j * sj]`` (bf16) where it is set; bf16 on the GPU, fp32 in the
-    interpreter."""
-    if IJ:
-        off = i[:, None] * K + j[None, :]
-        voff = i[:, None] * si + j[None, :] * sj
-        bad = (unfit != 0)[:, None]
-        scale = tl.load(scale_ptr + i, mask=unfit == 0, other=1.0)[:, None]
-    else:
-        off = i[None, :] * K + j[:, None]
-        voff = i[None, :] * si + j[:, None] * sj
-        bad = (unfit != 0)[None, :]
-        scale = tl.load(scale_ptr + i, mask=unfit == 0, other=1.0)[None, :]
-    q = tl.load(codes_ptr + off, mask=mask & ~bad, other=0)
-    dec = q.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale
-    v = tl.load(vals_ptr + voff, mask=mask & bad, other=0)
+def _operand_tile(ptr, i, j, si, sj, mask, INTERP: tl.constexpr):
+    """The [len(i), len(j)] tile ``ptr[i * si + j * sj]`` of a bf16 matrix (zeros outside ``mask``): bf16 on the
+    GPU, fp32 widened from the int16 bit patterns in the interpreter."""
+    t = tl.load(ptr + i[:, None] * si + j[None, :] * sj, mask=mask, other=0)
     if INTERP:
-        return tl.where(bad, f32_of((v.to(tl.int32) & 0xFFFF) << 16), dec)
-    else:
-        return tl.where(bad, v, dec.to(tl.bfloat16))
+        t = f32_of((t.to(tl.int32) & 0xFFFF) << 16)
+    return t
 
 
 @triton.jit
-def _unfit_mm_kernel(qa_ptr, sa_ptr, va_ptr, qb_ptr, sb_ptr, vb_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr,
-                     counts_ptr, M, N, K, s_am, s_ak, s_bn, s_bk, s_ym, s_yn,
+def _unfit_mm_kernel(a_ptr, b_ptr, y_ptr, bias_ptr, unfit_a_ptr, unfit_b_ptr, counts_ptr,
+                     M, N, K, s_am, s_ak, s_bn, s_bk, s_ym, s_yn,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr,
                      OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
     """One [BM, BN] tile of ``y`` per program; the first column of programs counts the flags of A, the first row
@@ -78,10 +59,8 @@ def _unfit_mm_kernel(qa_ptr, sa_ptr, va_ptr, qb_ptr, sb_ptr, vb_ptr, y_ptr, bias
         for k0 in range(0, K, BK):
             ks = k0 + tl.arange(0, BK)
             kmask = ks < K
-            a = _operand_tile(qa_ptr, sa_ptr, va_ptr, ua, rows, ks, K, s_am, s_ak, rmask[:, None] & kmask[None, :],
-                              True, INTERP)
-            bt = _operand_tile(qb_ptr, sb_ptr, vb_ptr, ub, cols, ks, K, s_bn, s_bk, kmask[:, None] & cmask[None, :],
-                               False, INTERP)
+            a = _operand_tile(a_ptr, rows, ks, s_am, s_ak, rmask[:, None] & kmask[None, :], INTERP)
+            bt = _operand_tile(b_ptr, ks, cols, s_bk, s_bn, kmask[:, None] & cmask[None, :], INTERP)
             acc = tl.dot(a, bt, acc)
         if HAS_BIAS:
             acc = acc + tl.load(bias_ptr + cols, mask=cmask, other=0.0)[None, :]

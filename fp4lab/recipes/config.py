@@ -41,8 +41,6 @@ def fp8_disqualification(fmt: QuantFormat) -> str | None:
         return f"its block scale is {kind}, not a power of two (E8M0)"
     if fmt.tensor_scale != "none":
         return f"it has a tensor scale ('{fmt.tensor_scale}')"
-    if fmt.block is None or len(fmt.block.shape) != 1 or fmt.block.shape[0] < 2:
-        return "its blocks are not 1-D blocks of two or more elements (the fused E4M3 pass needs them)"
     for v in fmt.element.values:
         if not math.isfinite(v):
             return "its element grid has non-finite values"

@@ -115,48 +115,26 @@ class _LayerState:
             c = self.fp8_counts[device] = torch.zeros((len(GEMMS), 2), dtype=torch.int64, device=device)
         return c
 
-    def fp8_operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None, m_gemm: Gemm | None,
-                     scales: tuple | None = None, exponents_m: Gemm | None = None) -> tuple:
-        """FP8 recipes: ``(along K, along M, scales)``, the E4M3 operands (``fp8_gemm.fp8_operands``) of ``t`` for
-        the GEMMs that block it along K / along M, and the exponents they were written over (computed here unless
-        given; ``exponents_m``: also those of an along-M operand made later from the same ``t``). With a token
-        shard, an X or dY that rounds stochastically is quantized as the global batch's operand, of which this
-        rank keeps its rows (the along-M operand keeps its columns; its exponents and unfit flags stay those of
-        the global operand's rows, exact for every rank)."""
-        fmt = self.formats[operand]
-        if operand == "w" and not t.is_cuda:
-            t = t.detach().clone()  # the CPU emulator reads through numpy, which pins the storage: FSDP2 frees it
-        bk = None if k_gemm is None else self.blocking(operand, k_gemm)
-        bm = None if m_gemm is None else self.blocking(operand, m_gemm)
-        shard = self.tokens if (self.tokens is not None and operand != "w" and operand in self.recipe.sr) else None
-        src = t if shard is None else shard.gather(t)
-        if scales is None:
-            em = bm if exponents_m is None else self.blocking(operand, exponents_m)
-            scales = fp8_gemm.e4m3_exponents(src, fmt, bk, em)
-        k, m = fp8_gemm.fp8_operands(src, fmt, self.rounding(operand), bk, bm, self.recipe.sr_bits, scales)
-        if shard is not None:
-            n = t.shape[0]
-            lo = shard.rank * n
-            if k is not None:
-                k = fp8_gemm.E4M3Rows(k.codes[lo:lo + n], k.scale[lo:lo + n], k.unfit[lo:lo + n], k.values[lo:lo + n])
-            if m is not None:
-                m = fp8_gemm.E4M3Rows(m.codes[:, lo:lo + n].contiguous(), m.scale, m.unfit, m.values[:, lo:lo + n])
-        return k, m, scales
+    def fp8_cpu(self, gemm: Gemm, *ops: tuple[torch.Tensor, bool]) -> list[torch.Tensor]:
+        """CPU: each operand (tensor, its columns are the GEMM rows) rebuilt from its E4M3 operand, counted."""
+        out = []
+        for t, transpose in ops:
+            v, n = fp8_gemm.cpu_operand(t, transpose)
+            c = self.fp8_counter(t.device)[GEMMS.index(gemm)]
+            c[0] += t.shape[1 if transpose else 0]
+            c[1] += n
+            out.append(v)
+        return out
 
-    def fp8_mm(self, gemm: Gemm, a: Any, b: Any, out_dtype: torch.dtype, bias: Any = None,
-               layout: tuple[bool, bool] = (False, False)) -> torch.Tensor:
-        """``A @ B^T`` of E4M3 operands A [M, K], B [N, K] (rows along the reduction axis), counted per GEMM. On
-        the device ``fp8_gemm.fp8_gemm`` (unfit rows on the bf16 path, decided on the device: no host
-        synchronization); on the CPU the bf16 GEMM of the values rebuilt from the codes, multiplied in the
-        layouts of the bf16 recipe (``layout``: whether A and B are the transposes of the tensors that recipe
-        multiplies), so the CPU layer equals it bit for bit."""
-        counts = self.fp8_counter(a.codes.device)[GEMMS.index(gemm)]
-        if fp8_gemm.on_device(a.codes):
-            return fp8_gemm.fp8_gemm(a, b, out_dtype, self.recipe.gemm_dtype == "fp8-fast", bias, counts)
-        counts[0] += a.unfit.numel() + b.unfit.numel()
-        counts[1] += a.unfit.sum() + b.unfit.sum()
-        va, vb = fp8_gemm.cpu_values(a, layout[0]), fp8_gemm.cpu_values(b, layout[1])
-        return _mm(va.t() if layout[0] else va, vb if layout[1] else vb.t(), out_dtype, None, bias)
+    def fp8_device(self, gemm: Gemm, a: torch.Tensor, a_t: bool, b: torch.Tensor, b_t: bool, out_dtype: torch.dtype,
+                 bias: Any = None) -> torch.Tensor:
+        """The device path (``fp8_gemm.on_device``): ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K], B likewise
+        [N, K]; rows that do not fit E4M3 take the bf16 path, decided and counted on the device (no host
+        synchronization)."""
+        a8, b8 = fp8_gemm.to_e4m3_rows(a, a_t), fp8_gemm.to_e4m3_rows(b, b_t)
+        return fp8_gemm.fp8_gemm(a8, b8, a.t() if a_t else a, b.t() if b_t else b, out_dtype,
+                                 self.recipe.gemm_dtype == "fp8-fast", bias,
+                                 self.fp8_counter(a.device)[GEMMS.index(gemm)])
 
 
 def _scale(ts_a: Any, ts_b: Any) -> Any:
@@ -205,16 +183,14 @@ class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def _forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
                  needs_w: bool, out_dtype: torch.dtype) -> torch.Tensor:
-        ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
-        if state.fp8:
-            # X is saved as it is (its E4M3 WGRAD operand is written in backward, over exponents found here)
-            xk, _, sx = state.fp8_operands(x, "x", "fprop", None, exponents_m="wgrad" if needs_w else None)
-            wk, _, _ = state.fp8_operands(weight, "w", "fprop", None)
-            ctx.save_for_backward(x, weight, *sx[2:])
-            return state.fp8_mm("fprop", xk, wk, out_dtype, bias)
         xk, xm, ts_xk, ts_xm = state.operands(x, "x", "fprop", "wgrad" if needs_w else None)
         wk, _, ts_wk, _ = state.operands(weight, "w", "fprop", None)
         ctx.save_for_backward(xm, weight, ts_xm)
+        ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
+        if state.fp8 and fp8_gemm.on_device(xk):
+            return state.fp8_device("fprop", xk, False, wk, False, out_dtype, bias)
+        if state.fp8:
+            xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
         return _mm(xk, wk.t(), out_dtype, _scale(ts_xk, ts_wk), bias)
 
     @staticmethod
@@ -224,26 +200,28 @@ class _QuantLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        xm, weight, ts_xm = ctx.saved_tensors
         state = ctx.state
         step, state.step = state.step, ctx.step  # the streams of the step whose forward saved these operands
         try:
             need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-            k_gemm, m_gemm = "dgrad" if need_x else None, "wgrad" if need_w else None
+            dyn, dym, ts_dyn, ts_dym = state.operands(dy.contiguous(), "dy", "dgrad" if need_x else None,
+                                                      "wgrad" if need_w else None)
             dx = dw = db = None
-            if state.fp8:
-                x, weight, *sx_m = ctx.saved_tensors
-                dyn, dym, _ = state.fp8_operands(dy.contiguous(), "dy", k_gemm, m_gemm)
+            wn = ts_wn = None
+            if need_x:
+                _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
+            if state.fp8 and fp8_gemm.on_device(dy):
                 if need_x:
-                    wn = state.fp8_operands(weight, "w", None, "dgrad")[1]
-                    dx = state.fp8_mm("dgrad", dyn, wn, ctx.x_dtype, layout=(False, True))
+                    dx = state.fp8_device("dgrad", dyn, False, wn, True, ctx.x_dtype)
                 if need_w:
-                    xm = state.fp8_operands(x, "x", None, "wgrad", (None, None, *sx_m))[1]
-                    dw = state.fp8_mm("wgrad", dym, xm, weight.dtype, layout=(True, True))
+                    dw = state.fp8_device("wgrad", dym, True, xm, True, weight.dtype)
             else:
-                xm, weight, ts_xm = ctx.saved_tensors
-                dyn, dym, ts_dyn, ts_dym = state.operands(dy.contiguous(), "dy", k_gemm, m_gemm)
+                if state.fp8 and need_x:
+                    dyn, wn = state.fp8_cpu("dgrad", (dyn, False), (wn, True))
+                if state.fp8 and need_w:
+                    dym, xm = state.fp8_cpu("wgrad", (dym, True), (xm, True))
                 if need_x:
-                    _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
                     dx = _mm(dyn, wn, ctx.x_dtype, _scale(ts_dyn, ts_wn))
                 if need_w:
                     dw = _mm(dym.t(), xm, weight.dtype, _scale(ts_dym, ts_xm))
