@@ -1,5 +1,7 @@
-"""Host (CPU) cost per call of the training path on a GPU: fake_quantize_triton, its kernel launch alone, and a
-QuantLinear forward+backward of a small layer (whose GPU work is negligible), with a cProfile of the hot spots.
+"""Host (CPU) cost per call of the training path on a GPU: fake_quantize_triton, its kernel launch alone, the
+pieces of an FP8 GEMM (E4M3 conversions, ``_scaled_mm``, the bf16-path kernel) beside ``torch.mm``, and a
+QuantLinear forward+backward of a small layer (whose GPU work is negligible) per recipe of ``RECIPES``, with a
+cProfile of the hot spots (backward in the calling thread, so the profile covers it).
 
     python benchmarks/h200_host_profile.py
 """
@@ -14,7 +16,13 @@ import torch
 
 import fp4lab
 from fp4lab.kernels.fakequant_launch import _PLANS, Blocking, fake_quantize_triton
-from fp4lab.recipes import QuantLinear
+from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
+from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
+from fp4lab.recipes import QuantLinear, fp8_gemm
+from fp4lab.recipes.fp8_gemm import E4M3Rows
+
+
+RECIPES = ("ufp4", "mxfp4", "mxfp4-fp8")
 
 
 def per_call_us(fn, n: int = 200) -> float:
@@ -27,6 +35,32 @@ def per_call_us(fn, n: int = 200) -> float:
     dt = (time.perf_counter() - t) / n * 1e6
     torch.cuda.synchronize()
     return dt
+
+
+def parts(x: torch.Tensor) -> None:
+    """Host us per call of the pieces of an FP8 layer step (bf16 [256, 512] operands)."""
+    fmt = fp4lab.get_format("mxfp4")
+    y = fake_quantize_triton(x, fmt, along_k=Blocking(None, 0, 0))[0]
+    rows, cols = to_e4m3_rows_triton(y), to_e4m3_rows_triton(y, True)
+    a8, b8 = E4M3Rows(*rows), E4M3Rows(*to_e4m3_rows_triton(y[:256].contiguous()))
+    out = torch.empty(256, 256, dtype=torch.bfloat16, device="cuda")
+    counts = torch.zeros(2, dtype=torch.int64, device="cuda")
+
+    def autocast_off() -> None:
+        with torch.autocast("cuda", enabled=False):
+            pass
+    timings = {
+        "autocast(enabled=False)": autocast_off,
+        "fake_quantize_triton mxfp4 along K": lambda: fake_quantize_triton(x, fmt, along_k=Blocking(None, 0, 0)),
+        "to_e4m3_rows rows": lambda: to_e4m3_rows_triton(y),
+        "to_e4m3_rows columns": lambda: to_e4m3_rows_triton(y, True),
+        "scaled_mm": lambda: fp8_gemm.scaled_mm(a8, b8, torch.bfloat16, False),
+        "unfit_mm_triton": lambda: unfit_mm_triton(out, y, y[:256], a8.unfit, b8.unfit, counts),
+        "torch.mm": lambda: torch.mm(x, y.t()),
+    }
+    del cols
+    for what, fn in timings.items():
+        print(f"{what}: {per_call_us(fn):.1f} us/call", flush=True)
 
 
 def main() -> None:
@@ -49,7 +83,7 @@ def main() -> None:
         us_jit = per_call_us(lambda: L.fn[L.grid](*lead, *L.fixed, 5, 6, **L.consts, **L.options), 50)
         print(f"{name}: fake_quantize_triton {us:.1f} us/call; cached launch {us_launch:.1f} us; JIT launch "
               f"{us_jit:.1f} us; empty {per_call_us(lambda: torch.empty_like(x)):.1f} us", flush=True)
-    layer = QuantLinear(512, 512, bias=False, recipe="ufp4", device="cuda", dtype=torch.bfloat16)
+    parts(x)
     xx = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     lin = torch.nn.Linear(512, 512, bias=False, device="cuda", dtype=torch.bfloat16)
@@ -58,16 +92,19 @@ def main() -> None:
         m.weight.grad = None
         xx.grad = None
         m(xx).backward(dy)
-    print(f"host us per fwd+bwd: QuantLinear ufp4 {per_call_us(lambda: step(layer)):.1f}, nn.Linear "
-          f"{per_call_us(lambda: step(lin)):.1f}", flush=True)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(100):
-        step(layer)
-    prof.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
-
+    print(f"host us per fwd+bwd: nn.Linear {per_call_us(lambda: step(lin)):.1f}", flush=True)
+    torch.autograd.set_multithreading_enabled(False)  # backward in this thread, so cProfile sees it
+    for recipe in RECIPES:
+        layer = QuantLinear(512, 512, bias=False, recipe=recipe, device="cuda", dtype=torch.bfloat16)
+        print(f"host us per fwd+bwd: QuantLinear {recipe} {per_call_us(lambda: step(layer)):.1f}", flush=True)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(100):
+            step(layer)
+        prof.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
 
 if __name__ == "__main__":
     main()

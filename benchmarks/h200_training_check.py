@@ -15,6 +15,7 @@
 5. The bit-arithmetic SR encoder (directed-rounding FMAs on the GPU, a float64 twin in the interpreter) on its edges:
    quantize and fake-quantize of CUDA tensors whose elements sit where the reference's p = fl(1 - x) rounds and
    around every threshold, at 4, 8, 16 and 24 random bits, against the CPU reference.
+6. Repeated launches of one plan (``CachedLaunch``'s direct path) against its first (JIT) launch, bit for bit.
 
     python benchmarks/h200_training_check.py --json out.json [--tiles]
 """
@@ -297,6 +298,47 @@ def check_fp8_graph() -> dict[str, Any]:
     return res
 
 
+def check_cached_launches(rounds: int = 3) -> dict[str, Any]:
+    """Launches after the first (``CachedLaunch``'s direct path, pointers as ints) give the first launch's bits:
+    fake-quant plans (SR with integer seeds and with device seeds, a two-level format, RHT along both axes), the
+    E4M3 conversions of rows and columns, and the bf16-path kernel with flagged rows and columns."""
+    from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
+    from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16, generator=g)
+    seed = torch.tensor([12345], dtype=torch.int64, device="cuda")
+    cases = {
+        "mxfp4 sr K+M": lambda: fake_quantize_triton(x, fp4lab.get_format("mxfp4"), "sr", along_k=Blocking(None, 0, 9),
+                                                     along_m=Blocking(32, 0, 10), sr_bits=16),
+        "mxfp4 sr device seed": lambda: fake_quantize_triton(x, fp4lab.get_format("mxfp4"), "sr",
+                                                             along_k=Blocking(None, 0, seed), sr_bits=16),
+        "nvfp4 K+M": lambda: fake_quantize_triton(x, fp4lab.get_format("nvfp4"), along_k=Blocking(16, 0, 0),
+                                                  along_m=Blocking(None, 0, 0)),
+        "ufp4 rht K+M": lambda: fake_quantize_triton(x, fp4lab.get_format("ufp4"), "sr", along_k=Blocking(16, 0, 3),
+                                                     along_m=Blocking(16, 0, 4), sr_bits=16),
+    }
+    yq = fake_quantize_triton(x, fp4lab.get_format("mxfp4"), along_k=Blocking(None, 0, 0))[0]  # (its own plan)
+    cases["e4m3 rows"] = lambda: to_e4m3_rows_triton(yq)
+    cases["e4m3 columns"] = lambda: to_e4m3_rows_triton(yq, True)
+    flags_a = (torch.arange(512, device="cuda") % 97 == 0).to(torch.int32)
+    flags_b = (torch.arange(256, device="cuda") % 61 == 0).to(torch.int32)
+    counts = torch.zeros(2, dtype=torch.int64, device="cuda")
+    cases["unfit_mm"] = lambda: (unfit_mm_triton(torch.zeros(512, 256, device="cuda"), yq, yq[:256], flags_a, flags_b,
+                                                 counts),)
+    out = {}
+    for name, fn in cases.items():
+        first = [t.clone() if t is not None else None for t in fn()]
+        mism = 0
+        for _ in range(rounds - 1):
+            for a, b in zip(first, fn()):
+                if a is not None:
+                    mism += int((_bits(a) != _bits(b)).sum())
+        out[name] = mism
+        print(f"cached launches {name}: {rounds - 1} repeats, {mism} values differ from the first launch", flush=True)
+    return out
+
+
 def check_scaled_mm() -> dict[str, Any]:
     from fp4lab.recipes.scaled_mm import available, scaled_mm
 
@@ -428,6 +470,8 @@ def main() -> None:
         out["sr_encoder_edges"] = check_sr_encoder_edges()
         save()
         out["kernel"] = check_kernel(args.rows, args.cols)
+        save()
+        out["cached_launches"] = check_cached_launches()
         save()
         out["layer"] = check_layer(256, 512, 384)
         save()

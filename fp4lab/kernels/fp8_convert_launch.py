@@ -68,8 +68,7 @@ def to_e4m3_rows_triton(t: Any, transpose: bool = False) -> tuple[Any, Any, Any]
         unfit = torch.empty(n, dtype=torch.int32, device=dev)
         plan[0](x, q, scale, unfit)
     else:
-        amax = torch.zeros(n, dtype=torch.int32, device=dev)
-        unfit = torch.zeros(n, dtype=torch.int32, device=dev)
+        amax, unfit = torch.zeros((2, n), dtype=torch.int32, device=dev)  # (one fill for both)
         plan[0](x, amax)
         plan[1](x, amax, q, scale, unfit)
     return q.view(torch.float8_e4m3fn), scale, unfit

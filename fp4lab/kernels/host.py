@@ -82,10 +82,16 @@ def device_array(arr: np.ndarray, device: Any) -> Any:
     return t
 
 
+_SCRATCH: dict[Any, Any] = {}
+
+
 def scratch_f32(device: Any) -> Any:
     """A cached 1-element fp32 tensor (1.0) on ``device`` for kernel arguments that are neither read nor written
     on the path taken (saves a fill launch per call). Kernels must never write it."""
-    return device_array(np.ones(1, np.float32), device)
+    t = _SCRATCH.get(device)
+    if t is None:
+        t = _SCRATCH[device] = device_array(np.ones(1, np.float32), device)
+    return t
 
 
 class CachedLaunch:
@@ -95,7 +101,8 @@ class CachedLaunch:
     tables, format scalars, shapes) never change; ``lead`` and ``trail`` (tensors, seeds) are passed per call. The
     first launch, and any whose varying arguments could specialize differently (a pointer alignment class, an
     int outside int32), goes through the JIT, which checks and compiles; later ones hand the arguments straight to
-    the compiled kernel's launcher, skipping the JIT's binding of ~90 parameters per call."""
+    the compiled kernel's launcher, skipping the JIT's binding of ~90 parameters per call, with every device
+    pointer as an int (the launcher then neither calls ``data_ptr`` nor queries the driver per pointer)."""
 
     def __init__(self, fn: Any, grid: tuple[int, ...], consts: dict[str, Any], options: dict[str, Any],
                  fixed: tuple = (), n_lead: int = 0) -> None:
@@ -104,47 +111,60 @@ class CachedLaunch:
         self._grid3 = tuple(grid) + (1,) * (3 - len(grid))
         self.compiled: Any = None
         self.signature: tuple | None = None
-        if interpreting():  # an InterpretedFunction: no compiled kernel to call directly
+        self.interpreted = interpreting()
+        if self.interpreted:  # an InterpretedFunction: no compiled kernel to call directly
             return
         runtime = [i for i, p in enumerate(fn.params) if not p.is_constexpr]
         self._template = [consts.get(name) for name in fn.arg_names]
         for i, v in zip(runtime[n_lead:], self.fixed):
             self._template[i] = v
-        self._lead_idx = runtime[:n_lead]
-        self._trail_idx = runtime[n_lead + len(self.fixed):]
+        for i, v in enumerate(self._template):  # the launcher takes device pointers as ints: no per-call lookup
+            if hasattr(v, "data_ptr"):
+                self._template[i] = v.data_ptr()
+        trail_idx = runtime[n_lead + len(self.fixed):]
+        self._varying_idx = runtime[:n_lead] + trail_idx
         free = {i for i, p in enumerate(fn.params) if p.do_not_specialize}
-        self._trail_free = tuple(i in free for i in self._trail_idx)
+        self._trail_free = tuple(i in free for i in trail_idx)
 
-    def _signature(self, varying: tuple) -> tuple:
-        sig = []
+    def _bind(self, varying: tuple) -> tuple[tuple, list]:
+        """(specialization signature, launcher values) of the varying arguments: tensors become their device
+        pointers (the signature keeps their dtype and 16-byte alignment), ints stay (the signature keeps what the
+        JIT specializes on: int32 range, == 1, multiple of 16, unless the parameter is do_not_specialize)."""
+        sig, values = [], []
         for j, a in enumerate(varying):
             if hasattr(a, "data_ptr"):
-                sig.append((a.dtype, a.data_ptr() % 16 == 0))
-            elif isinstance(a, int) and not isinstance(a, bool):
+                p = a.data_ptr()
+                sig.append((a.dtype, p % 16 == 0))
+                values.append(p)
+                continue
+            if isinstance(a, int) and not isinstance(a, bool):
                 free = j >= self.n_lead and self._trail_free[j - self.n_lead]
                 sig.append((-(2**31) <= a < 2**31,) + (() if free else (a == 1, a % 16 == 0)))
             else:
                 sig.append(type(a))
-        return tuple(sig)
+            values.append(a)
+        return tuple(sig), values
 
     def __call__(self, *varying: Any) -> None:
-        lead, trail = varying[:self.n_lead], varying[self.n_lead:]
-        if interpreting():
-            self.fn[self.grid](*lead, *self.fixed, *trail, **self.consts)
+        if self.interpreted:
+            self.fn[self.grid](*varying[:self.n_lead], *self.fixed, *varying[self.n_lead:], **self.consts)
             return
-        sig = self._signature(varying)
+        sig, values = self._bind(varying)
         if self.compiled is None or sig != self.signature:
+            lead, trail = varying[:self.n_lead], varying[self.n_lead:]
             self.compiled = self.fn[self.grid](*lead, *self.fixed, *trail, **self.consts, **self.options)
             self.compiled._init_handles()
             self.signature = sig
             return
-        import torch
-
         full = self._template.copy()
-        for i, a in zip(self._lead_idx, lead):
-            full[i] = a
-        for i, a in zip(self._trail_idx, trail):
-            full[i] = a
+        for i, v in zip(self._varying_idx, values):
+            full[i] = v
         c = self.compiled
-        c.run(*self._grid3, torch.cuda.current_stream().cuda_stream, c.function, c.packed_metadata, None, None, None,
-              *full)
+        c.run(*self._grid3, _current_raw_stream(), c.function, c.packed_metadata, None, None, None, *full)
+
+
+def _current_raw_stream() -> int:
+    """The current CUDA stream of the current device as the launcher takes it (what Triton's JIT launches on)."""
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())

@@ -177,6 +177,8 @@ class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
                 needs_w: bool, out_dtype: torch.dtype) -> torch.Tensor:
+        if not torch.is_autocast_enabled(x.device.type):  # (entering a disabled autocast costs host time)
+            return _QuantLinearFunction._forward(ctx, x, weight, bias, state, needs_w, out_dtype)
         with torch.autocast(x.device.type, enabled=False):
             return _QuantLinearFunction._forward(ctx, x, weight, bias, state, needs_w, out_dtype)
 
@@ -195,6 +197,8 @@ class _QuantLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        if not torch.is_autocast_enabled(dy.device.type):
+            return _QuantLinearFunction._backward(ctx, dy)
         with torch.autocast(dy.device.type, enabled=False):
             return _QuantLinearFunction._backward(ctx, dy)
 
