@@ -223,8 +223,10 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     xk = x.view(torch.int32) if plan.words else x
     tsv = plan.scratch
     if plan.two_level:
-        tsv = torch.empty(8, dtype=torch.float32, device=dev)  # (ts, g, floor code, floor value) for K, for M
-        part = torch.empty((2, plan.amax.grid[0] * plan.amax.grid[1]), dtype=torch.float32, device=dev)
+        n = plan.amax.grid[0] * plan.amax.grid[1]
+        buf = torch.empty(8 + 2 * n, dtype=torch.float32, device=dev)  # (one allocation for both)
+        tsv = buf[:8]  # (ts, g, floor code, floor value) for K, for M
+        part = buf[8:].view(2, n)  # per-program amax partials of the K and M outputs
         plan.amax(xk, part)
         plan.scales(part, tsv)
     yk = ym = None

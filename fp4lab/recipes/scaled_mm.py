@@ -134,22 +134,31 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, out_dtype: 
         math = _DISALLOW_REDUCED_PRECISION_REDUCTION
     if a.dtype == torch.float16 and not torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction:
         math = _DISALLOW_REDUCED_PRECISION_REDUCTION
-    t = _CUDA_TYPE[a.dtype]
-    with torch.cuda.device(a.device):  # the handle and stream of the operands' device
-        handle = ctypes.c_void_p(torch.cuda.current_blas_handle())  # (sets torch's current stream on the handle)
-        _check(lib.cublasSetPointerMode_v2(handle, _POINTER_DEVICE), "cublasSetPointerMode")
-        try:
-            _check(lib.cublasSetMathMode(handle, math), "cublasSetMathMode")
-            status = lib.cublasGemmEx(handle, args.transa, args.transb, args.m, args.n, args.k, alpha.data_ptr(),
-                                      b.data_ptr(), t, args.lda, a.data_ptr(), t, args.ldb,
-                                      beta.data_ptr() + (0 if bias is None else 4),
-                                      c.data_ptr(), _CUDA_TYPE[out_dtype], args.ldc, _COMPUTE_32F,
-                                      _GEMM_DEFAULT_TENSOR_OP)
-            _check(status, "cublasGemmEx")
-        finally:
-            lib.cublasSetPointerMode_v2(handle, _POINTER_HOST)
-            lib.cublasSetMathMode(handle, _DEFAULT_MATH)
+    if a.device.index == torch.cuda.current_device():
+        _gemm(lib, args, a, b, c, alpha, beta, bias is not None, math)
+    else:
+        with torch.cuda.device(a.device):  # the handle and stream of the operands' device
+            _gemm(lib, args, a, b, c, alpha, beta, bias is not None, math)
     return c
+
+
+def _gemm(lib: Any, args: GemmArgs, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor,
+          beta: torch.Tensor, has_bias: bool, math: int) -> None:
+    """The ``cublasGemmEx`` call of ``scaled_mm`` on the current device's torch cuBLAS handle and stream."""
+    t = _CUDA_TYPE[a.dtype]
+    handle = ctypes.c_void_p(torch.cuda.current_blas_handle())  # (sets torch's current stream on the handle)
+    _check(lib.cublasSetPointerMode_v2(handle, _POINTER_DEVICE), "cublasSetPointerMode")
+    try:
+        _check(lib.cublasSetMathMode(handle, math), "cublasSetMathMode")
+        status = lib.cublasGemmEx(handle, args.transa, args.transb, args.m, args.n, args.k, alpha.data_ptr(),
+                                  b.data_ptr(), t, args.lda, a.data_ptr(), t, args.ldb,
+                                  beta.data_ptr() + (4 if has_bias else 0),
+                                  c.data_ptr(), _CUDA_TYPE[c.dtype], args.ldc, _COMPUTE_32F,
+                                  _GEMM_DEFAULT_TENSOR_OP)
+        _check(status, "cublasGemmEx")
+    finally:
+        lib.cublasSetPointerMode_v2(handle, _POINTER_HOST)
+        lib.cublasSetMathMode(handle, _DEFAULT_MATH)
 
 
 def _check(status: int, what: str) -> None:
