@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ import numpy as np
 from fp4lab.errors import InputError
 
 
+@functools.cache
 def interpreting() -> bool:
-    """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
+    """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1). Read once, like ``triton.jit``, which
+    decides at decoration (import) time whether a kernel is interpreted."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
