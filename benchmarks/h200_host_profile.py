@@ -1,7 +1,8 @@
 """Host (CPU) cost per call of the training path on a GPU: fake_quantize_triton, its kernel launch alone, the
 pieces of an FP8 GEMM (E4M3 conversions, ``_scaled_mm``, the bf16-path kernel) beside ``torch.mm``, and a
 QuantLinear forward+backward of a small layer (whose GPU work is negligible) per recipe of ``RECIPES``, with a
-cProfile of the hot spots (backward in the calling thread, so the profile covers it).
+cProfile of the hot spots (for which backward runs in the calling thread, so the profile covers it; the timings
+run it in autograd's own thread, as training does).
 
     python benchmarks/h200_host_profile.py
 """
@@ -41,8 +42,7 @@ def parts(x: torch.Tensor) -> None:
     """Host us per call of the pieces of an FP8 layer step (bf16 [256, 512] operands)."""
     fmt = fp4lab.get_format("mxfp4")
     y = fake_quantize_triton(x, fmt, along_k=Blocking(None, 0, 0))[0]
-    rows, cols = to_e4m3_rows_triton(y), to_e4m3_rows_triton(y, True)
-    a8, b8 = E4M3Rows(*rows), E4M3Rows(*to_e4m3_rows_triton(y[:256].contiguous()))
+    a8, b8 = E4M3Rows(*to_e4m3_rows_triton(y)), E4M3Rows(*to_e4m3_rows_triton(y[:256].contiguous()))
     out = torch.empty(256, 256, dtype=torch.bfloat16, device="cuda")
     counts = torch.zeros(2, dtype=torch.int64, device="cuda")
 
@@ -58,7 +58,6 @@ def parts(x: torch.Tensor) -> None:
         "unfit_mm_triton": lambda: unfit_mm_triton(out, y, y[:256], a8.unfit, b8.unfit, counts),
         "torch.mm": lambda: torch.mm(x, y.t()),
     }
-    del cols
     for what, fn in timings.items():
         print(f"{what}: {per_call_us(fn):.1f} us/call", flush=True)
 
@@ -93,18 +92,20 @@ def main() -> None:
         xx.grad = None
         m(xx).backward(dy)
     print(f"host us per fwd+bwd: nn.Linear {per_call_us(lambda: step(lin)):.1f}", flush=True)
-    torch.autograd.set_multithreading_enabled(False)  # backward in this thread, so cProfile sees it
     for recipe in RECIPES:
         layer = QuantLinear(512, 512, bias=False, recipe=recipe, device="cuda", dtype=torch.bfloat16)
         print(f"host us per fwd+bwd: QuantLinear {recipe} {per_call_us(lambda: step(layer)):.1f}", flush=True)
+        torch.autograd.set_multithreading_enabled(False)  # backward in this thread, so cProfile sees it
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(100):
             step(layer)
         prof.disable()
+        torch.autograd.set_multithreading_enabled(True)
         torch.cuda.synchronize()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+
 
 if __name__ == "__main__":
     main()
