@@ -36,9 +36,11 @@ import fp4lab  # noqa: E402
 from fp4lab.recipes import QuantLinear, get_recipe, list_recipes, quantize_model  # noqa: E402
 
 
-def timed(fn: Callable[[], Any], iters: int, repeats: int) -> float:
-    """Median milliseconds per call of ``fn`` over ``repeats`` event-timed loops of ``iters`` calls."""
-    fn()
+def timed_loops(fn: Callable[[], Any], iters: int, repeats: int, warmup: int = 1) -> list[float]:
+    """Milliseconds per call of ``fn`` in each of ``repeats`` event-timed loops of ``iters`` calls, after
+    ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     out = []
     for _ in range(repeats):
@@ -49,7 +51,12 @@ def timed(fn: Callable[[], Any], iters: int, repeats: int) -> float:
         b.record()
         b.synchronize()
         out.append(a.elapsed_time(b) / iters)
-    return statistics.median(out)
+    return out
+
+
+def timed(fn: Callable[[], Any], iters: int, repeats: int) -> float:
+    """Median milliseconds per call of ``fn`` over ``repeats`` event-timed loops of ``iters`` calls."""
+    return statistics.median(timed_loops(fn, iters, repeats))
 
 
 def linear_step(layer: Any, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
@@ -216,15 +223,17 @@ def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: 
                 def replay() -> None:
                     ds.advance()
                     g.replay()
-                ms = timed(replay, steps, repeats)
-            else:
-                ms = timed(step, steps, repeats)
+                loops = timed_loops(replay, steps, repeats)
+            else:  # eager steps are bound by the host for small models: more warm-up, and the spread kept
+                loops = timed_loops(step, steps, repeats, warmup=3)
+            ms = statistics.median(loops)
         except Exception as exc:  # report and go on (a capture the runtime refuses, say)
             print(f"  model {size} batch {batch} {name}: {type(exc).__name__}: {exc}"[:400], flush=True)
             continue
-        rows[name] = {"ms": ms, "tokens_per_s": batch * cfg.seq_len / ms * 1e3}
-        print(f"  model {size} batch {batch}{' graph' if graph else ''} {name:14s} {ms:7.2f} ms/step  "
-              f"{rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s", flush=True)
+        rows[name] = {"ms": ms, "ms_loops": loops, "tokens_per_s": batch * cfg.seq_len / ms * 1e3}
+        print(f"  model {size} batch {batch}{' graph' if graph else ''} {name:14s} {ms:7.2f} ms/step "
+              f"({min(loops):.2f}-{max(loops):.2f})  {rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s",
+              flush=True)
     base = rows.get("bf16-nn.Linear", {}).get("ms")
     for name in recipes:
         if base and name in rows:
