@@ -62,7 +62,8 @@ def test_direct_launch_passes_pointers_as_ints_in_signature_order(launch: tuple)
     assert [kind for kind, _ in log] == ["jit", "direct"]
     args = log[1][1]
     assert args[:4] == (3, 1, 1, 7)  # grid, then the current stream
-    assert args[9:] == (x.data_ptr(), y.data_ptr(), table.data_ptr(), 1.5, 100, 6, 64)  # after function, metadata, hooks
+    # after the function, its metadata and three hooks: every parameter in order, pointers as ints
+    assert args[9:] == (x.data_ptr(), y.data_ptr(), table.data_ptr(), 1.5, 100, 6, 64)
 
 
 def test_a_different_specialization_goes_back_through_the_jit(launch: tuple) -> None:

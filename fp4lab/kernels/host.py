@@ -85,16 +85,11 @@ def device_array(arr: np.ndarray, device: Any) -> Any:
     return t
 
 
-_SCRATCH: dict[Any, Any] = {}
-
-
+@functools.cache
 def scratch_f32(device: Any) -> Any:
     """A cached 1-element fp32 tensor (1.0) on ``device`` for kernel arguments that are neither read nor written
     on the path taken (saves a fill launch per call). Kernels must never write it."""
-    t = _SCRATCH.get(device)
-    if t is None:
-        t = _SCRATCH[device] = device_array(np.ones(1, np.float32), device)
-    return t
+    return device_array(np.ones(1, np.float32), device)
 
 
 class CachedLaunch:
