@@ -26,7 +26,7 @@ from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
-from fp4lab.formats.spec_io import builtin_names, load_model, model_to_toml
+from fp4lab.formats.spec_io import builtin_names, load_model, model_to_toml, validate_model
 
 FP8_GEMM_DTYPES = ("fp8", "fp8-fast")
 
@@ -183,6 +183,17 @@ def get_recipe(recipe: str | Path | Recipe) -> Recipe:
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownRecipeError(f"unknown recipe '{key}': not built in and not a recipe file; {hint}"
                              f"built-in recipes: {', '.join(BUILTIN_NAMES)}")
+
+
+def load_recipe_text(text: str, where: str = "recipe text") -> Recipe:
+    """The recipe written in TOML ``text`` (what ``recipe_to_toml`` writes); errors name ``where``."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{where}: not valid TOML: {exc}") from None
+    return validate_model(Recipe, data, where)
 
 
 def recipe_to_toml(recipe: Recipe) -> str:

@@ -1,20 +1,21 @@
-"""``QuantLinear``: a drop-in ``torch.nn.Linear`` whose three GEMMs run on fake-quantized 4-bit operands.
+"""``QuantLinear``: a drop-in ``torch.nn.Linear`` whose three GEMMs run on fake-quantized 4-bit operands, and
+``quantize_model``, which swaps a model's ``nn.Linear`` layers for it.
 
-Per training step of a layer with input X [M, K] and weight W [N, K] (``fp4lab.recipes.config``):
+The arithmetic (``fp4lab.recipes.runtime``) runs inside two custom ops (``fp4lab.recipes.ops``): the layer's
+forward ``fp4lab::quant_linear``, differentiable, and its backward ``fp4lab::quant_linear_backward``. A layer
+hands them its parameters, its encoded ``LayerSpec`` (recipe, RHT sign seed, token shard: one short string,
+the same for every layer of a recipe) and two buffers: ``sr_state`` (int64 [2]: the layer's random stream and its
+step, which the backward op advances) and ``fp8_counts`` (int64 [3, 2]). So ``torch.compile(fullgraph=True)``
+traces a converted model with no graph break and one graph for all layers of a recipe, CUDA graphs replay
+training steps with fresh stochastic-rounding bits each step, and activation checkpointing recomputes the very
+operands of the first forward (forward reads the step, only backward advances it).
 
-* forward: X is read once and fake-quantized along K (FPROP operand) and, when W needs a gradient, along M
-  (the WGRAD operand, saved for backward in place of X: no more saved activations than ``nn.Linear``); W along K.
-  ``Y = Xk Wk^T`` (+ bias), a bf16 tensor-core GEMM with fp32 accumulation (``gemm_dtype = "bf16"``) or fp32.
-* backward: dY is read once and fake-quantized along N (DGRAD) and along M (WGRAD); W along N.
-  ``dX = dYn Wn``, ``dW = dYm^T Xm``, ``db = sum of dY over M``.
-
-Operands are the recipe's formats, dequantized in the rotated basis (the two rotated operands of a GEMM multiply
-to the unrotated product). Two-level formats (NVFP4) leave their tensor scales out of the operands, whose
-element x block-scale products are then exact in bf16, and multiply the GEMM's fp32-accumulated output by
-``ts_a * ts_b`` instead, in cuBLAS's epilogue (``scaled_mm``). Stochastic rounding draws from a Philox key per
-(layer, step, operand use) (``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits.
-Under data parallelism a ``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the
-rows of the global batch they are, so the bits equal those of one process over the global batch.
+Two-level formats (NVFP4) leave their tensor scales out of the operands, whose element x block-scale products are
+then exact in bf16, and multiply the GEMM's fp32-accumulated output by ``ts_a * ts_b`` instead, in cuBLAS's
+epilogue (``scaled_mm``). Stochastic rounding draws from a Philox key per (layer, step, operand use)
+(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits. Under data parallelism a
+``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the rows of the global batch
+they are, so the bits equal those of one process over the global batch.
 """
 
 from __future__ import annotations
@@ -25,215 +26,14 @@ from typing import Any
 
 import torch
 
+import fp4lab.recipes.ops  # noqa: F401 (registers the torch.ops.fp4lab custom ops)
 from fp4lab.errors import InputError
 from fp4lab.formats.registry import get_format
 from fp4lab.kernels.fakequant_launch import Blocking
-from fp4lab.recipes import fp8_gemm, streams
-from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, get_recipe
+from fp4lab.recipes import streams
+from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe, load_recipe_text, recipe_to_toml
 from fp4lab.recipes.operands import fake_quant_operands
-from fp4lab.recipes.scaled_mm import scaled_mm
-
-GEMMS: tuple[Gemm, ...] = ("fprop", "dgrad", "wgrad")
-
-
-class _LayerState:
-    """What the autograd function needs from its layer: recipe constants and the layer's random streams."""
-
-    def __init__(self, recipe: Recipe, stream: int) -> None:
-        self.recipe = recipe
-        self.stream = stream
-        self.step = 0
-        self.seed_slots: list[Any] | None = None  # per use, 1-element int64 device tensors (DeviceStreams)
-        self.tokens: TokenShard | None = None  # this rank's rows of a data-parallel batch (set_token_shard)
-        self.rht_seed = streams.rht_seed_for(stream, recipe.rht_seed, recipe.rht_signs)
-        self.formats = {op: (None if recipe.format_of(op) is None else get_format(recipe.format_of(op)))
-                        for op in ("x", "w", "dy")}
-        self.fp8 = recipe.gemm_dtype in FP8_GEMM_DTYPES
-        self.fp8_counts: dict[torch.device, torch.Tensor] = {}  # per device, see fp8_counter
-
-    def fmt(self, operand: Operand) -> Any:
-        return self.formats[operand]
-
-    def rounding(self, operand: Operand) -> str | None:
-        return "sr" if operand in self.recipe.sr else None
-
-    def blocking(self, operand: Operand, gemm: Gemm) -> Blocking:
-        r = self.recipe
-        seed: Any = 0
-        if operand in r.sr:
-            use = f"{operand}.{gemm}"
-            if self.seed_slots is not None:
-                seed = self.seed_slots[streams.USES.index(use)]
-            else:
-                seed = streams.sr_seed(self.stream, self.step, use)
-        return Blocking(r.rht_size if gemm in r.rht else None, self.rht_seed, seed)
-
-    def fold(self, operand: Operand) -> bool:
-        """Leave the tensor scale out of the operand (two-level formats)."""
-        f = self.formats[operand]
-        return f is not None and f.tensor_scale != "none"
-
-    def operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None, m_gemm: Gemm | None) -> tuple:
-        """(along K, along M, ts_k, ts_m) of operand ``t`` for the GEMMs that block it along K / along M; with a
-        token shard, X and dY that round stochastically or have a tensor scale are quantized as the global
-        batch's operand, of which this rank keeps its rows."""
-        fmt = self.formats[operand]
-        if operand == "w" and not t.is_cuda:
-            t = t.detach().clone()  # the CPU emulator reads through numpy, which pins the storage: FSDP2 frees it
-        if self.tokens is not None and operand != "w" and fmt is not None \
-                and (operand in self.recipe.sr or fmt.tensor_scale != "none"):
-            yk, ym, ts_k, ts_m = self._operands(self.tokens.gather(t), operand, k_gemm, m_gemm)
-            return self.tokens.rows(yk), self.tokens.rows(ym), ts_k, ts_m
-        return self._operands(t, operand, k_gemm, m_gemm)
-
-    def _operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None, m_gemm: Gemm | None) -> tuple:
-        fmt = self.formats[operand]
-        if fmt is not None and fmt.block is not None and fmt.block.is_2d and m_gemm is not None:
-            # 2-D tiles cover both axes: the along-M operand is the along-K quantization with its own blocking
-            k = fake_quant_operands(t, fmt, self.rounding(operand), along_k=self.blocking(operand, m_gemm),
-                                    along_m=None, sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype,
-                                    fold_tensor_scale=self.fold(operand))
-            if k_gemm is None:
-                return None, k[0], None, k[2]
-            j = self._operands(t, operand, k_gemm, None)
-            return j[0], k[0], j[2], k[2]
-        return fake_quant_operands(
-            t, fmt, self.rounding(operand),
-            along_k=None if k_gemm is None else self.blocking(operand, k_gemm),
-            along_m=None if m_gemm is None else self.blocking(operand, m_gemm),
-            sr_bits=self.recipe.sr_bits, gemm_dtype=self.recipe.gemm_dtype, fold_tensor_scale=self.fold(operand))
-
-    def fp8_counter(self, device: torch.device) -> torch.Tensor:
-        """The int64 [3, 2] counts (per GEMM: operand rows converted, rows that took the bf16 path) on ``device``,
-        made on first use; a CUDA-graph capture must not be that first use (the counts would restart at every
-        replay)."""
-        c = self.fp8_counts.get(device)
-        if c is None:
-            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                raise InputError(f"recipe '{self.recipe.name}': run one step of this layer outside CUDA-graph "
-                                 "capture first (it sets up the layer's FP8 row counts)")
-            c = self.fp8_counts[device] = torch.zeros((len(GEMMS), 2), dtype=torch.int64, device=device)
-        return c
-
-    def fp8_cpu(self, gemm: Gemm, *ops: tuple[torch.Tensor, bool]) -> list[torch.Tensor]:
-        """CPU: each operand (tensor, its columns are the GEMM rows) rebuilt from its E4M3 operand, counted."""
-        out = []
-        for t, transpose in ops:
-            v, n = fp8_gemm.cpu_operand(t, transpose)
-            c = self.fp8_counter(t.device)[GEMMS.index(gemm)]
-            c[0] += t.shape[1 if transpose else 0]
-            c[1] += n
-            out.append(v)
-        return out
-
-    def fp8_device(self, gemm: Gemm, a: torch.Tensor, a_t: bool, b: torch.Tensor, b_t: bool, out_dtype: torch.dtype,
-                 bias: Any = None) -> torch.Tensor:
-        """The device path (``fp8_gemm.on_device``): ``A @ B^T`` in FP8, A = a (a.t() if a_t) [M, K], B likewise
-        [N, K]; rows that do not fit E4M3 take the bf16 path, decided and counted on the device (no host
-        synchronization)."""
-        a8, b8 = fp8_gemm.to_e4m3_rows(a, a_t), fp8_gemm.to_e4m3_rows(b, b_t)
-        return fp8_gemm.fp8_gemm(a8, b8, a.t() if a_t else a, b.t() if b_t else b, out_dtype,
-                                 self.recipe.gemm_dtype == "fp8-fast", bias,
-                                 self.fp8_counter(a.device)[GEMMS.index(gemm)])
-
-
-def _scale(ts_a: Any, ts_b: Any) -> Any:
-    """Product of the folded tensor scales of a GEMM's operands (None when neither has one)."""
-    if ts_a is None:
-        return ts_b
-    return ts_a if ts_b is None else ts_a * ts_b
-
-
-def _mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = None, bias: Any = None) -> Any:
-    """``a @ b`` (``* scale``) (``+ bias``) as ``out_dtype``: on CUDA one tensor-core GEMM with fp32 accumulation,
-    the folded tensor scale and the bias applied in cuBLAS's epilogue (``scaled_mm``: one rounding to
-    ``out_dtype``), or, where that path is unavailable, the GEMM rounded to ``out_dtype`` then the scale (and bias)
-    in one elementwise pass (a second rounding of bf16 outputs); on the CPU an fp32 GEMM of the (bf16-exact)
-    operands, scaled and biased in fp32, rounded once."""
-    if not a.is_cuda:
-        y = a.float() @ b.float()
-        if scale is not None:
-            y = y * scale
-        if bias is not None:
-            y = y + bias.float()
-        return y.to(out_dtype)
-    if scale is None and bias is not None and a.dtype == out_dtype:
-        return torch.addmm(bias.to(out_dtype), a, b)
-    if scale is not None:
-        y = scaled_mm(a, b, scale, out_dtype, bias)
-        if y is not None:
-            return y
-    y = torch.mm(a, b) if a.dtype == out_dtype else torch.mm(a, b, out_dtype=out_dtype)
-    if scale is None:
-        return y if bias is None else y.add_(bias.to(out_dtype))
-    s = scale.reshape(())
-    return y.mul_(s) if bias is None else torch.addcmul(bias.to(out_dtype), y, s)
-
-
-class _QuantLinearFunction(torch.autograd.Function):
-    """The layer's three GEMMs on its recipe's operands; autocast is off inside (the operands' dtypes are the
-    recipe's, and ``out_dtype`` is chosen by the caller)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
-                needs_w: bool, out_dtype: torch.dtype) -> torch.Tensor:
-        if not torch.is_autocast_enabled(x.device.type):  # (entering a disabled autocast costs host time)
-            return _QuantLinearFunction._forward(ctx, x, weight, bias, state, needs_w, out_dtype)
-        with torch.autocast(x.device.type, enabled=False):
-            return _QuantLinearFunction._forward(ctx, x, weight, bias, state, needs_w, out_dtype)
-
-    @staticmethod
-    def _forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Any, state: _LayerState,
-                 needs_w: bool, out_dtype: torch.dtype) -> torch.Tensor:
-        xk, xm, ts_xk, ts_xm = state.operands(x, "x", "fprop", "wgrad" if needs_w else None)
-        wk, _, ts_wk, _ = state.operands(weight, "w", "fprop", None)
-        ctx.save_for_backward(xm, weight, ts_xm)
-        ctx.state, ctx.step, ctx.has_bias, ctx.x_dtype = state, state.step, bias is not None, x.dtype
-        if state.fp8 and fp8_gemm.on_device(xk):
-            return state.fp8_device("fprop", xk, False, wk, False, out_dtype, bias)
-        if state.fp8:
-            xk, wk = state.fp8_cpu("fprop", (xk, False), (wk, False))
-        return _mm(xk, wk.t(), out_dtype, _scale(ts_xk, ts_wk), bias)
-
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
-        if not torch.is_autocast_enabled(dy.device.type):
-            return _QuantLinearFunction._backward(ctx, dy)
-        with torch.autocast(dy.device.type, enabled=False):
-            return _QuantLinearFunction._backward(ctx, dy)
-
-    @staticmethod
-    def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
-        xm, weight, ts_xm = ctx.saved_tensors
-        state = ctx.state
-        step, state.step = state.step, ctx.step  # the streams of the step whose forward saved these operands
-        try:
-            need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-            dyn, dym, ts_dyn, ts_dym = state.operands(dy.contiguous(), "dy", "dgrad" if need_x else None,
-                                                      "wgrad" if need_w else None)
-            dx = dw = db = None
-            wn = ts_wn = None
-            if need_x:
-                _, wn, _, ts_wn = state.operands(weight, "w", None, "dgrad")
-            if state.fp8 and fp8_gemm.on_device(dy):
-                if need_x:
-                    dx = state.fp8_device("dgrad", dyn, False, wn, True, ctx.x_dtype)
-                if need_w:
-                    dw = state.fp8_device("wgrad", dym, True, xm, True, weight.dtype)
-            else:
-                if state.fp8 and need_x:
-                    dyn, wn = state.fp8_cpu("dgrad", (dyn, False), (wn, True))
-                if state.fp8 and need_w:
-                    dym, xm = state.fp8_cpu("wgrad", (dym, True), (xm, True))
-                if need_x:
-                    dx = _mm(dyn, wn, ctx.x_dtype, _scale(ts_dyn, ts_wn))
-                if need_w:
-                    dw = _mm(dym.t(), xm, weight.dtype, _scale(ts_dym, ts_xm))
-            if ctx.has_bias and ctx.needs_input_grad[2]:
-                db = dy.sum(0, dtype=torch.float32)
-        finally:
-            state.step = step
-        return dx, dw, db, None, None, None
+from fp4lab.recipes.runtime import GEMMS, LayerSpec, register_recipe, register_shard, runtime, sr_keys
 
 
 class QuantLinear(torch.nn.Linear):
@@ -242,7 +42,9 @@ class QuantLinear(torch.nn.Linear):
     Inputs ``[..., in_features]`` are flattened to ``[M, in_features]``; in_features and out_features must be
     multiples of the recipe formats' block sizes along K and N, and M (tokens) along M when W needs a gradient.
     ``name`` (the qualified module name, as ``quantize_model`` passes it) or else ``seed`` fixes the layer's
-    random streams; ``step`` counts training forward passes (each draws fresh stochastic-rounding bits).
+    random stream; ``step`` counts the backward passes that drew stochastic-rounding bits (each step draws fresh
+    ones; recipes without stochastic rounding keep step 0). Stream and step live in the non-persistent buffer
+    ``sr_state`` (so ``state_dict`` stays that of ``nn.Linear``; set ``step`` to resume a stream).
 
     Dtypes: the output has the input's dtype, or under ``torch.autocast`` for the input's device the autocast
     dtype, as ``nn.Linear`` gives; the operands are quantized from the input and the parameters as they are (an
@@ -254,57 +56,120 @@ class QuantLinear(torch.nn.Linear):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
         self.layer_name = name
-        stream = streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed)
-        self._state = _LayerState(self.recipe, stream)
         _check_features(self.recipe, in_features, out_features, name or type(self).__name__)
+        self._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
+                         device)
+
+    def _set_stream(self, stream: int, step: int, device: Any) -> None:
+        """(Re)make the buffers on ``device`` for ``stream`` at ``step``, and the spec (RHT signs per stream)."""
+        self.register_buffer("sr_state", torch.tensor([streams.signed64(stream), step], dtype=torch.int64,
+                                                       device=device), persistent=False)
+        self.register_buffer("fp8_counts", torch.zeros((len(GEMMS), 2), dtype=torch.int64, device=device),
+                             persistent=False)
+        self._set_spec(LayerSpec(register_recipe(self.recipe),
+                                 streams.rht_seed_for(stream, self.recipe.rht_seed, self.recipe.rht_signs)))
+
+    def _set_spec(self, spec: LayerSpec) -> None:
+        self.layer_spec = spec.encode()
+        self._fp8 = runtime(self.layer_spec).fp8
+
+    @property
+    def stream(self) -> int:
+        """The layer's random stream id (64 bits)."""
+        return int(self.sr_state[0]) & ((1 << 64) - 1)
+
+    @property
+    def rht_seed(self) -> int:
+        """The seed of the layer's RHT signs (the recipe's, or the layer's own under ``rht_signs = "per_layer"``)."""
+        return LayerSpec.decode(self.layer_spec).rht_seed
 
     @property
     def step(self) -> int:
-        return self._state.step
+        """Backward passes that drew stochastic-rounding bits so far (reading it waits for the device)."""
+        return int(self.sr_state[1])
 
     @step.setter
     def step(self, value: int) -> None:
-        self._state.step = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise InputError(f"QuantLinear.step: expected an int in [0, 2**63), got {value!r}")
+        with torch.no_grad():
+            self.sr_state[1] = value
 
     @property
     def fp8_stats(self) -> dict[str, dict[str, int]]:
         """FP8 recipes: per GEMM, the operand rows (along the reduction axis) converted so far and how many of
         them did not fit E4M3 times a power of two (their GEMM rows/columns took the bf16 path). The counts live
-        in device memory (CUDA-graph replays count too); reading them waits for the GPU."""
-        tot = sum((c.cpu() for c in self._state.fp8_counts.values()),
-                  torch.zeros((len(GEMMS), 2), dtype=torch.int64))  # one host synchronization per device
-        return {g: {"rows": rows, "bf16_rows": bf16_rows} for g, (rows, bf16_rows) in zip(GEMMS, tot.tolist())}
+        in device memory (CUDA-graph replays count too); reading them waits for the device."""
+        return {g: {"rows": rows, "bf16_rows": bf16_rows}
+                for g, (rows, bf16_rows) in zip(GEMMS, self.fp8_counts.tolist())}
+
+    def operands(self, t: torch.Tensor, operand: Operand, k_gemm: Gemm | None = None, m_gemm: Gemm | None = None,
+                 step: int | None = None) -> tuple:
+        """(along K, along M, ts_k, ts_m): operand ``operand`` ("x", "w" or "dy") given as 2-D ``t``, fake-quantized
+        as this layer's GEMMs ``k_gemm`` (blocked along K, the last axis) and ``m_gemm`` (along axis 0) see it at
+        ``step`` (default: the current one); None where not asked for; ts: folded tensor scales of two-level
+        formats (else None)."""
+        state = self.sr_state if step is None else torch.tensor([int(self.sr_state[0]), step], dtype=torch.int64,
+                                                                device=self.sr_state.device)
+        r = runtime(self.layer_spec)
+        with torch.no_grad():
+            return r.operands(t, operand, k_gemm, m_gemm, sr_keys(state, advance=False) if r.draws else None)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
                     name: str | None = None) -> "QuantLinear":
-        """A QuantLinear sharing ``linear``'s parameters."""
+        """A QuantLinear sharing ``linear``'s parameters; from a QuantLinear it also keeps the random stream and
+        its step (``name`` and ``seed`` then unused)."""
         q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, recipe=recipe, seed=seed,
                 name=name, device="meta")
         q.weight = linear.weight
         q.bias = linear.bias
+        if isinstance(linear, QuantLinear):
+            q.layer_name = linear.layer_name
+            q._set_stream(linear.stream, linear.step, linear.weight.device)
+        else:
+            q._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
+                          linear.weight.device)
         return q
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise InputError(f"QuantLinear: input has {x.shape[-1]} features in its last axis; expected "
-                             f"{self.in_features}")
+        where = self.layer_name or type(self).__name__
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise InputError(f"{where}: input of shape {tuple(x.shape)}; expected [..., {self.in_features}]")
+        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise InputError(f"{where}: input has dtype {x.dtype}; expected bfloat16, float16 or float32")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if x2.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise InputError(f"QuantLinear: input has dtype {x2.dtype}; expected bfloat16, float16 or float32")
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
         if self.recipe.format is not None and needs_w:
-            _check_tokens(self._state, x2.shape[0], self.layer_name or type(self).__name__)
+            _check_tokens(self.recipe, x2.shape[0], where)
         dev = x2.device.type
         out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x2.dtype
-        y = _QuantLinearFunction.apply(x2, self.weight, self.bias, self._state, needs_w, out_dtype)
-        if self.training and torch.is_grad_enabled() and self._state.seed_slots is None:
-            self._state.step += 1  # (with DeviceStreams, DeviceStreams.advance counts the steps)
+        y, _, _, counts = torch.ops.fp4lab.quant_linear(x2, self.weight, self.bias, self.sr_state, self.fp8_counts,
+                                                        self.layer_spec, needs_w, out_dtype)
+        if self._fp8:
+            self.fp8_counts[0].add_(counts)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as data only (``torch.load(weights_only=True)`` with ``QuantLinear`` allowed): the recipe as its
+        TOML text, the spec without this process's registry keys."""
+        state = self.__dict__.copy()
+        spec = LayerSpec.decode(self.layer_spec)
+        state["recipe"] = recipe_to_toml(self.recipe)
+        state["layer_spec"] = str(spec.rht_seed)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        recipe = load_recipe_text(state.pop("recipe"))
+        rht_seed = int(state.pop("layer_spec"))
+        super().__setstate__(state)
+        self.recipe = recipe
+        self._set_spec(LayerSpec(register_recipe(recipe), rht_seed))
 
 
 class TokenShard:
@@ -323,6 +188,8 @@ class TokenShard:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
+        pg = group if group is not None else dist.group.WORLD
+        self.group_name = str(getattr(pg, "group_name", None) or id(pg))  # names the shard in a layer's spec
 
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """The global operand: ``t`` [m, C] of every rank, in rank order."""
@@ -344,46 +211,11 @@ class TokenShard:
 
 def set_token_shard(model: torch.nn.Module, shard: TokenShard | None) -> None:
     """Give every ``QuantLinear`` of ``model`` the data-parallel shard ``shard`` (None: one process's batch)."""
+    key = "" if shard is None else register_shard(shard)
     for m in model.modules():
         if isinstance(m, QuantLinear):
-            m._state.tokens = shard
-
-
-class DeviceStreams:
-    """The stochastic-rounding seeds of every ``QuantLinear`` of a model kept in one int64 device buffer, which
-    the kernels read when they run, so a training step can be captured in a CUDA graph and replayed: call
-    ``advance()`` before each step (eager or replay). It writes each layer's seeds for its current step (the same
-    keys as ``streams.sr_seed``, so the bits equal those of eager training) with one copy, then counts the step.
-
-        ds = DeviceStreams(model)
-        ds.advance(); train_step()                      # warm-up steps, eager
-        with torch.cuda.graph(g): train_step()          # capture (after ds.advance())
-        for ...: ds.advance(); g.replay()
-    """
-
-    def __init__(self, model: torch.nn.Module, device: Any = None) -> None:
-        self.layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
-        dev = device if device is not None else next(model.parameters()).device
-        # one 16-byte-aligned slot per (layer, use): the kernels' pointer arguments keep one alignment class
-        self.buffer = torch.zeros((max(len(self.layers), 1), len(streams.USES), 2), dtype=torch.int64, device=dev)
-        self._uses = [[(j, u) for j, u in enumerate(streams.USES) if u.split(".")[0] in m.recipe.sr]
-                      for m in self.layers]
-        for i, m in enumerate(self.layers):
-            m._state.seed_slots = [self.buffer[i, j, 0:1] for j in range(len(streams.USES))]
-
-    def advance(self) -> None:
-        host = torch.zeros(tuple(self.buffer.shape), dtype=torch.int64)
-        for i, (m, uses) in enumerate(zip(self.layers, self._uses)):
-            st = m._state
-            for j, use in uses:
-                host[i, j, 0] = streams.sr_seed(st.stream, st.step, use)
-            st.step += 1
-        self.buffer.copy_(host)
-
-    def detach(self) -> None:
-        """Back to host-side seeds (each layer keeps its step count)."""
-        for m in self.layers:
-            m._state.seed_slots = None
+            spec = LayerSpec.decode(m.layer_spec)
+            m._set_spec(LayerSpec(spec.recipe, spec.rht_seed, key))
 
 
 def _block_along(fmt: Any, axis: str) -> int:
@@ -412,10 +244,10 @@ def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
                                  f"format '{f}' for operand {op} in recipe '{recipe.name}')")
 
 
-def _check_tokens(state: _LayerState, m: int, where: str) -> None:
-    r = state.recipe
+def _check_tokens(r: Recipe, m: int, where: str) -> None:
     for op in ("x", "dy"):
-        need = _block_along(state.fmt(op), "m")
+        f = r.format_of(op)
+        need = _block_along(None if f is None else get_format(f), "m")
         if "wgrad" in r.rht:
             need = max(need, r.rht_size)
         if m % need:
@@ -437,28 +269,41 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
     model. Layers whose qualified name matches a pattern of ``skip`` or of the recipe's ``high_precision``
     (fnmatch patterns, e.g. ``"lm_head"``, ``"blocks.0.*"``) stay as they are, as do layers whose widths are not
     multiples of the recipe's block sizes (one warning names them). Each layer's random streams derive from its
-    qualified name (and ``seed``, which shifts every stream of the model)."""
+    qualified name (and ``seed``, which shifts every stream of the model). A layer reached under several names
+    (one module used twice) becomes one QuantLinear, named by its first name, at every place. A ``QuantLinear``
+    of another recipe takes this recipe, keeping its parameters, stream and step."""
     r = get_recipe(recipe)
+    if isinstance(model, torch.nn.Linear):
+        raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
+                         "QuantLinear.from_linear")
     patterns = tuple(skip) + tuple(r.high_precision)
-    unfit = []
-    for name, child in list(model.named_modules()):
-        if not isinstance(child, torch.nn.Linear) or isinstance(child, QuantLinear) or not name:
+    unfit: list[str] = []
+    done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
+    for name, child in list(model.named_modules(remove_duplicate=False)):
+        if not isinstance(child, torch.nn.Linear) or not name:
             continue
-        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            continue
-        if not _blocks_fit(r, child):
-            unfit.append(f"{name} ({child.in_features} -> {child.out_features})")
-            continue
-        parent, _, attr = name.rpartition(".")
-        owner = model.get_submodule(parent) if parent else model
-        setattr(owner, attr, QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name))
+        if id(child) not in done:
+            done[id(child)] = _converted(child, name, r, seed, patterns, unfit)
+        if done[id(child)] is not child:
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, done[id(child)])
     if unfit:
         warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
                       f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
-    if isinstance(model, torch.nn.Linear) and not isinstance(model, QuantLinear):
-        raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
-                         "QuantLinear.from_linear")
     return model
+
+
+def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, patterns: tuple[str, ...],
+               unfit: list[str]) -> torch.nn.Module:
+    """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``)."""
+    if isinstance(child, QuantLinear) and child.recipe == r:
+        return child
+    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+        return child
+    if not _blocks_fit(r, child):
+        unfit.append(f"{name} ({child.in_features} -> {child.out_features})")
+        return child
+    return QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name)
 
 
 def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, axis: int, seed: int = 0) -> Any:

@@ -7,7 +7,8 @@ Every quantization of a training step that rounds stochastically draws its bits 
     sr_seed(layer, step, use) = 2^62 | (mix(stream ^ mix(step ^ mix(use))) mod 2^62)
 
 ``use`` names the operand and the GEMM ("dy.dgrad", "dy.wgrad", "x.fprop", ...); ``step`` counts the layer's
-training forward passes. ``mix`` is the splitmix64 finalizer (a bijection of 64-bit integers), so different
+backward passes (``fp4lab.recipes.linear.QuantLinear``: a layer's stream and step live in device memory, and
+``fp4lab.kernels.sr_keys`` computes the same keys there). ``mix`` is the splitmix64 finalizer (a bijection of 64-bit integers), so different
 (stream, step, use) give different keys except with probability about 2^-62 per pair. The top bit pattern
 ``2^62 | ...`` keeps every key in [2^62, 2^63): one signed 64-bit kernel argument type for all of them.
 RHT signs: ``rht_seed`` for every layer ("fixed"), or ``mix(stream ^ rht_seed) mod 2^62`` ("per_layer").
@@ -47,6 +48,17 @@ def sr_seed(stream: int, step: int, use: str) -> int:
     """Philox seed (in [2^62, 2^63)) of the stochastic rounding of operand use ``use`` at ``step``."""
     u = USES.index(use)
     return (1 << 62) | (mix(stream ^ mix((int(step) & _M64) ^ mix(u))) & ((1 << 62) - 1))
+
+
+def signed64(v: int) -> int:
+    """The 64-bit pattern of ``v`` as a signed int64 (how a stream id is stored in a tensor)."""
+    v &= _M64
+    return v - (1 << 64) if v >> 63 else v
+
+
+def mixed_uses() -> list[int]:
+    """``mix(u)`` of every use index, as signed int64 values (the device key kernel's constants)."""
+    return [signed64(mix(u)) for u in range(len(USES))]
 
 
 def rht_seed_for(stream: int, rht_seed: int, policy: str) -> int:
