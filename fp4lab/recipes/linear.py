@@ -133,23 +133,27 @@ class QuantLinear(torch.nn.Linear):
         return q
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        where = self.layer_name or type(self).__name__
         if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise InputError(f"{where}: input of shape {tuple(x.shape)}; expected [..., {self.in_features}]")
+            raise InputError(f"{self._where()}: input of shape {tuple(x.shape)}; expected [..., {self.in_features}]")
         if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise InputError(f"{where}: input has dtype {x.dtype}; expected bfloat16, float16 or float32")
+            raise InputError(f"{self._where()}: input has dtype {x.dtype}; expected bfloat16, float16 or float32")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
         if self.recipe.format is not None and needs_w:
-            _check_tokens(self.recipe, x2.shape[0], where)
+            _check_tokens(self, x2.shape[0])
         dev = x2.device.type
-        out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x2.dtype
+        autocast = torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev)
+        out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
         y, _, _, counts = torch.ops.fp4lab.quant_linear(x2, self.weight, self.bias, self.sr_state, self.fp8_counts,
                                                         self.layer_spec, needs_w, out_dtype)
         if self._fp8:
             self.fp8_counts[0].add_(counts)
         return y.reshape(*lead, self.out_features)
+
+    def _where(self) -> str:
+        """The layer's name in error messages (read only when raising: a compiled graph never guards on it)."""
+        return self.layer_name or type(self).__name__
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}"
@@ -244,14 +248,15 @@ def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
                                  f"format '{f}' for operand {op} in recipe '{recipe.name}')")
 
 
-def _check_tokens(r: Recipe, m: int, where: str) -> None:
+def _check_tokens(layer: QuantLinear, m: int) -> None:
+    r = layer.recipe
     for op in ("x", "dy"):
         f = r.format_of(op)
         need = _block_along(None if f is None else get_format(f), "m")
         if "wgrad" in r.rht:
             need = max(need, r.rht_size)
         if m % need:
-            raise InputError(f"{where}: {m} tokens (rows of the flattened input) is not a multiple of {need}, the "
+            raise InputError(f"{layer._where()}: {m} tokens (rows of the flattened input) is not a multiple of {need}, the "
                              f"block/RHT size along M of the WGRAD operand {op} in recipe '{r.name}'")
 
 

@@ -34,7 +34,7 @@ from fp4lab.recipes.operands import gemm_torch_dtype
 def _no_autocast(device_type: str) -> Iterator[None]:
     """Autocast off inside an op (the operands' dtypes are the recipe's); entering a disabled autocast costs
     host time, so only when it is on."""
-    if torch.is_autocast_enabled(device_type):
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
         with torch.autocast(device_type, enabled=False):
             yield
     else:

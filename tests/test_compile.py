@@ -1,0 +1,210 @@
+"""QuantLinear in the user's own loop: torch.compile(fullgraph=True) with no graph break and no recompile per step,
+the same bits as eager steps (stochastic-rounding streams advancing inside the compiled graph), activation
+checkpointing, a layer used twice, deepcopy, state_dict and torch.save with weights_only=True; the custom ops
+pass torch.library.opcheck."""
+
+import copy
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fp4lab.recipes import QuantLinear, get_recipe, quantize_model  # noqa: E402
+from fp4lab.recipes.config import recipe_to_toml  # noqa: E402
+
+RECIPES = ["bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8"]
+
+
+def _model(recipe, seed=0, dtype=torch.float32):
+    """Two quantized layers around a ReLU (whose forward and backward are exact, so eager and compiled steps
+    feed the second layer the same bits) and a high-precision head without bias (a bias gradient is a sum that
+    Inductor may order differently from eager: not fp4lab's bits)."""
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32),
+                            torch.nn.Linear(32, 8, bias=False))
+    quantize_model(m.to(dtype), recipe, skip=("3",))
+    return m
+
+
+def _steps(model, xs, gs):
+    """(outputs, input grads, parameter grads) of one forward + backward per (x, upstream grad) pair."""
+    out = []
+    for x, g in zip(xs, gs):
+        model.zero_grad(set_to_none=True)
+        x = x.clone().requires_grad_(True)
+        y = model(x)
+        y.backward(g)
+        out.append((y.detach(), x.grad, [p.grad.clone() for p in model.parameters()]))
+    return out
+
+
+def _data(n, m=32, k=64, seed=1, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return ([torch.randn(m, k, generator=g).to(dtype) for _ in range(n)],
+            [torch.randn(m, 8, generator=g).to(dtype) for _ in range(n)])
+
+
+def _assert_same(a, b, what):
+    for i, ((ya, xa, pa), (yb, xb, pb)) in enumerate(zip(a, b)):
+        assert torch.equal(ya, yb), (what, i, "y")
+        assert torch.equal(xa, xb), (what, i, "dx")
+        assert all(torch.equal(p, q) for p, q in zip(pa, pb)), (what, i, "parameter grads")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_compiled_steps_have_no_graph_break_and_equal_eager_bit_for_bit(recipe):
+    """fullgraph compile of a converted model: explain() finds one graph and no break; three compiled steps give
+    the eager steps' outputs and gradients bit for bit, with fresh stochastic-rounding bits each step and the
+    layers' steps advanced by backward; later steps never recompile."""
+    eager = _model(recipe)
+    compiled_src = copy.deepcopy(eager)
+    xs, gs = _data(3)
+    explain = torch._dynamo.explain(compiled_src)(xs[0])
+    assert explain.graph_break_count == 0 and explain.graph_count == 1
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_src, fullgraph=True)
+    want = _steps(eager, xs, gs)
+    got = _steps(compiled, xs[:1], gs[:1])
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        got += _steps(compiled, xs[1:], gs[1:])
+    _assert_same(want, got, recipe)
+    layers = [m for m in compiled_src.modules() if isinstance(m, QuantLinear)]
+    draws = bool(get_recipe(recipe).sr)
+    assert [m.step for m in layers] == [3 if draws else 0] * 2
+    if draws:  # the same data at two steps draws different bits (dW of the first layer sees SR'd dY)
+        again = _steps(compiled, xs[:1], gs[:1])[0]
+        assert not torch.equal(again[2][0], got[0][2][0])
+
+
+def test_recipe_file_compiles_like_its_builtin(tmp_path):
+    """A recipe given as a TOML file compiles with no graph break and gives the built-in's bits."""
+    path = tmp_path / "nvfp4-copy.toml"
+    path.write_text(recipe_to_toml(get_recipe("nvfp4")).replace('name = "nvfp4"', 'name = "nvfp4-copy"'))
+    xs, gs = _data(2)
+    want = _steps(_model("nvfp4"), xs, gs)
+    m = _model(str(path))
+    assert torch._dynamo.explain(m)(xs[0]).graph_break_count == 0
+    torch._dynamo.reset()
+    _assert_same(want, _steps(torch.compile(m, fullgraph=True), xs, gs), "file")
+
+
+def test_blocks_compiled_one_by_one_share_one_graph():
+    """Compiling each block separately (as torchtitan does) compiles once: every layer of a recipe hands the ops
+    the same spec string, and its stream and step as a tensor."""
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(4)])
+    quantize_model(blocks, "ufp4")
+    torch._dynamo.reset()
+    x = torch.randn(32, 64, requires_grad=True)
+    compiled = [torch.compile(b, fullgraph=True) for b in blocks]
+    compiled[0](x).sum().backward()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(2):
+            h = x
+            for b in compiled:
+                h = b(h)
+            h.sum().backward()
+    assert len({b[0].stream for b in blocks}) == 4
+
+
+def test_activation_checkpointing_recomputes_the_same_operands():
+    """torch.utils.checkpoint (non-reentrant) recomputes the forward with the step of the first forward: the
+    gradients equal those without checkpointing and each layer's step advances once per backward."""
+    xs, gs = _data(2)
+    plain = _model("ufp4")
+    ckpt = copy.deepcopy(plain)
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+    want = _steps(plain, xs, gs)
+    _assert_same(want, _steps(Checkpointed(ckpt), xs, gs), "checkpoint")
+    assert [m.step for m in ckpt.modules() if isinstance(m, QuantLinear)] == [2, 2]
+
+
+def test_a_layer_used_twice_is_converted_everywhere_and_runs():
+    """One nn.Linear at two places becomes one QuantLinear at both; its two backward passes in a step each draw
+    their own keys (eager and compiled alike)."""
+    lin = torch.nn.Linear(64, 64)
+    m = torch.nn.Sequential(lin, torch.nn.ReLU(), lin)
+    quantize_model(m, "nvfp4")
+    assert isinstance(m[0], QuantLinear) and m[0] is m[2]
+    x = torch.randn(32, 64)
+    twin = copy.deepcopy(m)
+    m(x).sum().backward()
+    torch._dynamo.reset()
+    torch.compile(twin, fullgraph=True)(x).sum().backward()
+    assert m[0].step == twin[0].step == 2
+    assert torch.equal(m[0].weight.grad, twin[0].weight.grad)
+
+
+def test_quantize_model_converts_again_with_another_recipe():
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    quantize_model(m, "ufp4")
+    m(torch.randn(32, 64)).sum().backward()
+    w = m[0].weight
+    quantize_model(m, "nvfp4")
+    assert m[0].recipe.name == "nvfp4" and m[0].weight is w and m[0].step == 1 and m[0].layer_name == "0"
+
+
+def test_deepcopy_state_dict_and_weights_only_load_round_trip():
+    """deepcopy and torch.save/torch.load(weights_only=True) of a whole converted model keep recipe, stream, step
+    and bits; state_dict is nn.Linear's (no fp4lab keys), so checkpoints load into either model."""
+    xs, gs = _data(1)
+    m = _model("nvfp4")
+    _steps(m, xs, gs)
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32),
+                                torch.nn.Linear(32, 8, bias=False))
+    assert m.state_dict().keys() == plain.state_dict().keys()
+    plain.load_state_dict(m.state_dict())
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    allowed = [QuantLinear, torch.nn.Sequential, torch.nn.ReLU, torch.nn.Linear, set]
+    with torch.serialization.safe_globals(allowed):
+        loaded = torch.load(buf, weights_only=True)
+    for other in (copy.deepcopy(m), loaded):
+        q = [l for l in other.modules() if isinstance(l, QuantLinear)]
+        assert [l.step for l in q] == [1, 1] and q[0].recipe == get_recipe("nvfp4")
+        assert q[0].stream == m[0].stream
+        _assert_same(_steps(m, xs, gs), _steps(other, xs, gs), "copy")
+        m[0].step = m[2].step = 1
+
+
+def test_hostile_layer_inputs_are_clear_errors():
+    import fp4lab
+
+    layer = QuantLinear(64, 32, recipe="ufp4")
+    with pytest.raises(fp4lab.InputError, match=r"input of shape \(\)"):
+        layer(torch.tensor(1.0))
+    with pytest.raises(fp4lab.InputError, match="step: expected an int"):
+        layer.step = "x"
+    with pytest.raises(fp4lab.InputError, match="dtype torch.int32"):
+        layer(torch.zeros(32, 64, dtype=torch.int32))
+    meta = QuantLinear(64, 32, recipe="nvfp4", device="meta")
+    y = meta(torch.empty(32, 64, device="meta"))
+    assert y.shape == (32, 32) and y.device.type == "meta"
+
+
+@pytest.mark.parametrize("recipe", ["ufp4", "nvfp4", "mxfp4-fp8", "bf16"])
+def test_custom_ops_pass_opcheck(recipe):
+    """Schemas, fake implementations (shapes, dtypes, strides), autograd registration and AOT dispatch of the
+    layer ops agree with their real implementations."""
+    layer = QuantLinear(64, 32, recipe=recipe)
+    x = torch.randn(32, 64, requires_grad=True)
+    args = (x, layer.weight, layer.bias, layer.sr_state, layer.fp8_counts, layer.layer_spec, True, torch.float32)
+    torch.library.opcheck(torch.ops.fp4lab.quant_linear.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    y, xm, ts, _ = torch.ops.fp4lab.quant_linear(*args)
+    dy = torch.randn_like(y)
+    saved = x.detach() if xm.numel() == 0 else xm
+    bargs = (dy, saved, layer.weight.detach(), ts, layer.sr_state.clone(), layer.fp8_counts.clone(),
+             layer.layer_spec, True, True, True, torch.float32)
+    torch.library.opcheck(torch.ops.fp4lab.quant_linear_backward.default, bargs,
+                          test_utils=("test_schema", "test_faketensor"))
