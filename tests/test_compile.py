@@ -208,3 +208,31 @@ def test_custom_ops_pass_opcheck(recipe):
              layer.layer_spec, True, True, True, torch.float32)
     torch.library.opcheck(torch.ops.fp4lab.quant_linear_backward.default, bargs,
                           test_utils=("test_schema", "test_faketensor"))
+
+
+def test_piece_ops_pass_opcheck_and_fake_quantize_compiles():
+    """fake_quant (two-level format, both blockings, SR seeds from device memory), e4m3_rows, fp8_mm and
+    scaled_mm: schemas and fake implementations agree with the real ones; fake_quantize under fullgraph compile
+    gives its eager bits for a new seed without recompiling."""
+    import fp4lab
+    from fp4lab.recipes import fake_quantize
+    from fp4lab.recipes.ops import OperandSpec
+    from fp4lab.recipes.runtime import register_format
+
+    x = torch.randn(32, 64)
+    spec = OperandSpec(register_format(fp4lab.get_format("nvfp4")), "sr", 16, 3, 16, 3, 16, "bf16", True).encode()
+    seeds = torch.tensor([[5, 0], [6, 0]], dtype=torch.int64)
+    utils = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.fp4lab.fake_quant.default, (x, seeds, spec), test_utils=utils)
+    xb = x.to(torch.bfloat16)
+    rows = torch.ops.fp4lab.e4m3_rows(xb, False)
+    torch.library.opcheck(torch.ops.fp4lab.e4m3_rows.default, (xb, True), test_utils=utils)
+    counts = torch.zeros(2, dtype=torch.int64)
+    torch.library.opcheck(torch.ops.fp4lab.fp8_mm.default, (*rows, *rows, xb, xb, None, counts, torch.float32,
+                                                             False), test_utils=utils)
+    torch.library.opcheck(torch.ops.fp4lab.scaled_mm.default, (xb, xb.t(), torch.tensor([0.5]), torch.bfloat16,
+                                                                torch.randn(32)), test_utils=utils)
+    torch._dynamo.reset()
+    f = torch.compile(lambda t, s: fake_quantize(t, "ufp4", "dy", "wgrad", 0, s), fullgraph=True)
+    assert torch.equal(f(x, 11), fake_quantize(x, "ufp4", "dy", "wgrad", 0, 11))
+    assert torch.equal(f(x, 12), fake_quantize(x, "ufp4", "dy", "wgrad", 0, 12))

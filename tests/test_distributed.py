@@ -178,24 +178,24 @@ def _gpt(recipe: str = "ufp4") -> torch.nn.Module:
 def _record(store: dict) -> contextlib.AbstractContextManager:
     """Record every quantized dY operand the layers compute (along N, along M: ``store["dy"]``) and the dtypes of
     the weights they quantize (``store["w"]``)."""
-    from fp4lab.recipes import linear
+    from fp4lab.recipes import runtime
 
     @contextlib.contextmanager
     def cm():
-        original = linear._LayerState.operands
+        original = runtime.LayerRuntime.operands
 
-        def operands(self, t, operand, k_gemm, m_gemm):
-            out = original(self, t, operand, k_gemm, m_gemm)
+        def operands(self, t, operand, k_gemm, m_gemm, keys=None):
+            out = original(self, t, operand, k_gemm, m_gemm, keys)
             if operand == "dy":
                 store["dy"].extend(o for o in out[:2] if o is not None)
             if operand == "w":
                 store["w"].add(str(t.dtype))
             return out
-        linear._LayerState.operands = operands
+        runtime.LayerRuntime.operands = operands
         try:
             yield
         finally:
-            linear._LayerState.operands = original
+            runtime.LayerRuntime.operands = original
     return cm()
 
 
@@ -238,18 +238,17 @@ def _compare(dp: dict, ref: dict, rank: int, world: int) -> dict:
 def _streams(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
-    from fp4lab.recipes.linear import QuantLinear, TokenShard
+    from fp4lab.recipes.linear import QuantLinear, TokenShard, set_token_shard
 
     shard = TokenShard()
     layer = QuantLinear(64, 64, recipe="ufp4", name="probe")
-    st = layer._state
-    st.step = 3
+    layer.step = 3
     dy = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))  # the same rows on every rank
-    st.tokens = shard
-    dn, dm, _, _ = st.operands(dy, "dy", "dgrad", "wgrad")
-    st.tokens = None
-    gn, gm, _, _ = st.operands(torch.cat([dy] * world), "dy", "dgrad", "wgrad")
-    ln, _, _, _ = st.operands(dy, "dy", "dgrad", None)
+    set_token_shard(layer, shard)
+    dn, dm, _, _ = layer.operands(dy, "dy", "dgrad", "wgrad")
+    set_token_shard(layer, None)
+    gn, gm, _, _ = layer.operands(torch.cat([dy] * world), "dy", "dgrad", "wgrad")
+    ln, _, _, _ = layer.operands(dy, "dy", "dgrad", None)
     rows = slice(rank * 32, (rank + 1) * 32)
     everyone = [torch.empty(dn.shape) for _ in range(world)]
     dist.all_gather(everyone, dn.float())
@@ -257,13 +256,13 @@ def _streams(rank: int, world: int) -> dict:
     nv = QuantLinear(64, 64, recipe="nvfp4", name="probe")
     x = torch.randn(32 * world, 64, generator=torch.Generator().manual_seed(2))
     x = x * torch.linspace(0.1, 8, 32 * world)[:, None]  # rank 0's amax is not the global one
-    nv._state.tokens = shard
-    got = nv._state.operands(x[rows], "x", "fprop", "wgrad") + nv._state.operands(x[rows], "dy", "dgrad", "wgrad")
-    nv._state.tokens = None
-    want = nv._state.operands(x, "x", "fprop", "wgrad") + nv._state.operands(x, "dy", "dgrad", "wgrad")
+    set_token_shard(nv, shard)
+    got = nv.operands(x[rows], "x", "fprop", "wgrad") + nv.operands(x[rows], "dy", "dgrad", "wgrad")
+    set_token_shard(nv, None)
+    want = nv.operands(x, "x", "fprop", "wgrad") + nv.operands(x, "dy", "dgrad", "wgrad")
     nv_equal = all(np.array_equal(_bits(g), _bits(w[rows] if w.numel() > 1 else w)) for g, w in zip(got, want))
     seeds = [None] * world
-    dist.all_gather_object(seeds, [st.rht_seed, nv._state.rht_seed])
+    dist.all_gather_object(seeds, [layer.rht_seed, nv.rht_seed])
     return {
         "rows_equal_global": bool(np.array_equal(_bits(dn), _bits(gn[rows]))
                                   and np.array_equal(_bits(dm), _bits(gm[rows]))),

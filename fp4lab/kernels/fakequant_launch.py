@@ -216,8 +216,9 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
         _, ym, _, tsm = fake_quantize_triton(x, fmt, rounding, along_m=along_m, sr_bits=sr_bits, out_dtype=out_dtype,
                                              apply_tensor_scale=apply_tensor_scale)
         return yk, ym, tsk, tsm
-    if plan.kind == "fallback":
-        return _fallback(x, fmt, plan.mode, along_k, along_m, sr_bits, plan.out_dtype, apply_tensor_scale)
+    if plan.kind == "fallback":  # (seeds in device memory are read on the host here: no CUDA-graph capture)
+        return _fallback(x, fmt, plan.mode, _int_seed(along_k), _int_seed(along_m), sr_bits, plan.out_dtype,
+                         apply_tensor_scale)
     M, K = x.shape
     dev = x.device
     xk = x.view(torch.int32) if plan.words else x
@@ -245,6 +246,13 @@ def fake_quantize_triton(x: Any, fmt: QuantFormat, rounding: str | None = None, 
     ts_k = tsv[0:1] if plan.two_level and along_k is not None else None
     ts_m = tsv[4:5] if plan.two_level and along_m is not None else None
     return yk, ym, ts_k, ts_m
+
+
+def _int_seed(spec: Blocking | None) -> Blocking | None:
+    """``spec`` with a seed held in device memory read into an int (the quantize + dequantize path)."""
+    if spec is None or isinstance(spec.seed, int):
+        return spec
+    return Blocking(spec.rht, spec.rht_seed, int(spec.seed.item()))
 
 
 def _seed_tensor(spec: Blocking | None, plan: "_Plan") -> Any:
@@ -287,9 +295,6 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
                 raise InputError("fake_quantize: a seed must be an int or a 1-element int64 tensor on the input's "
                                  "device")
     plan = _Plan(fmt=fmt, mode=mode, out_dtype=out_dtype)
-    if seed_ptr and (tc < 2 or (tr > 1 and along_m is not None) or K % 2):
-        raise InputError(f"fake_quantize: format '{fmt.name}' with these blockings takes the quantize + dequantize "
-                         "path, which needs integer seeds")
     if tc < 2 or (tr > 1 and along_m is not None) or K % 2:
         plan.kind = "fallback"
     elif along_k is not None and along_m is not None and along_k.rht and along_m.rht and tile is None:

@@ -26,14 +26,14 @@ from typing import Any
 
 import torch
 
-import fp4lab.recipes.ops  # noqa: F401 (registers the torch.ops.fp4lab custom ops)
 from fp4lab.errors import InputError
 from fp4lab.formats.registry import get_format
-from fp4lab.kernels.fakequant_launch import Blocking
 from fp4lab.recipes import streams
 from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe, load_recipe_text, recipe_to_toml
-from fp4lab.recipes.operands import fake_quant_operands
-from fp4lab.recipes.runtime import GEMMS, LayerSpec, register_recipe, register_shard, runtime, sr_keys
+from fp4lab.recipes.operands import gemm_torch_dtype
+from fp4lab.recipes.ops import OperandSpec
+from fp4lab.recipes.runtime import (GEMMS, LayerSpec, register_format, register_recipe, register_shard, runtime,
+                                    sr_keys)
 
 
 class QuantLinear(torch.nn.Linear):
@@ -314,12 +314,26 @@ def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, patterns
 def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, axis: int, seed: int = 0) -> Any:
     """The GEMM operand ``operand`` of ``gemm`` under ``recipe``, blocked along ``axis`` (-1: K, 0: M) of 2-D ``t``,
     as the recipe's GEMMs see it (``gemm_dtype``; two-level formats with their tensor scale applied); SR from
-    ``seed``."""
-    r = get_recipe(recipe)
-    fmt = None if r.format_of(operand) is None else get_format(r.format_of(operand))
-    spec = Blocking(r.rht_size if gemm in r.rht else None, r.rht_seed, seed)
-    rounding = "sr" if operand in r.sr else None
-    yk, ym, _, _ = fake_quant_operands(t, fmt, rounding, along_k=spec if axis in (-1, 1) else None,
-                                       along_m=spec if axis == 0 else None, sr_bits=r.sr_bits,
-                                       gemm_dtype=r.gemm_dtype, fold_tensor_scale=False)
+    ``seed`` (an int in [0, 2**63)). Runs as the custom op ``fp4lab::fake_quant`` (``torch.compile`` traces it)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise InputError(f"fake_quantize: seed must be an int in [0, 2**63), got {seed!r}")
+    spec = _operand_spec(recipe, operand, gemm, axis)
+    if spec is None:
+        return t.detach().to(gemm_torch_dtype(get_recipe(recipe).gemm_dtype))
+    seeds = torch.full((2, 2), seed, dtype=torch.int64, device=t.device)
+    yk, ym, _, _ = torch.ops.fp4lab.fake_quant(t.detach(), seeds, spec)
     return yk if axis in (-1, 1) else ym
+
+
+@torch.compiler.assume_constant_result
+def _operand_spec(recipe: Any, operand: Operand, gemm: Gemm, axis: int) -> str | None:
+    """The encoded ``OperandSpec`` of ``fake_quantize`` (None: the operand has no format); a constant to
+    ``torch.compile``."""
+    r = get_recipe(recipe)
+    if r.format_of(operand) is None:
+        return None
+    rht = r.rht_size if gemm in r.rht else 0
+    along_k = axis in (-1, 1)
+    return OperandSpec(register_format(get_format(r.format_of(operand))), "sr" if operand in r.sr else "",
+                       rht if along_k else -1, r.rht_seed, -1 if along_k else rht, r.rht_seed, r.sr_bits,
+                       r.gemm_dtype, False).encode()

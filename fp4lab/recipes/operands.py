@@ -57,7 +57,7 @@ def fake_quant_operands(t: torch.Tensor, fmt: QuantFormat | None, rounding: str 
             out.append(None)
             scales.append(None)
             continue
-        seed = spec.seed if isinstance(spec.seed, int) else int(spec.seed.item())  # DeviceStreams slot
+        seed = spec.seed if isinstance(spec.seed, int) else int(spec.seed.item())  # a layer's key slot (sr_keys)
         with np.errstate(all="ignore"):
             v, ts = fake_quantize_emulated(x, fmt, rounding, seed, axis, spec.rht, spec.rht_seed, sr_bits,
                                            "fp32" if gemm_dtype == "fp32" else "bf16",

@@ -116,3 +116,118 @@ def _quant_linear_grad(ctx: Any, dy: Tensor, *unused: Any) -> tuple:
 
 
 torch.library.register_autograd("fp4lab::quant_linear", _quant_linear_grad, setup_context=_quant_linear_setup)
+
+
+# ---- the pieces, for layers of your own ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OperandSpec:
+    """One operand's fake quantization: format key (``runtime.register_format``), rounding ("" = the format's
+    default), RHT size along K / along M (0 = none, -1 = that blocking not asked for) with their sign seeds,
+    stochastic-rounding bits, GEMM dtype ("bf16" or "fp32") and whether the tensor scale is left out (folded)."""
+
+    fmt: str
+    rounding: str = ""
+    rht_k: int = 0
+    rht_seed_k: int = 0
+    rht_m: int = -1
+    rht_seed_m: int = 0
+    sr_bits: int = 16
+    gemm_dtype: str = "bf16"
+    fold: bool = False
+
+    def encode(self) -> str:
+        return ";".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in self.__dict__.items())
+
+    @staticmethod
+    def decode(text: str) -> "OperandSpec":
+        fields = dict(part.split("=", 1) for part in text.split(";"))
+        ints = {k: int(fields[k]) for k in ("rht_k", "rht_seed_k", "rht_m", "rht_seed_m", "sr_bits")}
+        return OperandSpec(fields["fmt"], fields["rounding"], gemm_dtype=fields["gemm_dtype"],
+                           fold=fields["fold"] == "1", **ints)
+
+
+def _blocking(rht: int, rht_seed: int, seed: Tensor) -> Any:
+    from fp4lab.kernels.fakequant_launch import Blocking
+
+    return None if rht < 0 else Blocking(rht or None, rht_seed, seed)
+
+
+@torch.library.custom_op("fp4lab::fake_quant", mutates_args=())
+def fake_quant(x: Tensor, seeds: Tensor, spec: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(along K, along M, ts_k, ts_m) of 2-D ``x`` [M, K] fake-quantized per the encoded ``OperandSpec``: the
+    dequantized values in the rotated basis as the GEMM dtype, and the folded tensor scales ([1] fp32) of
+    two-level formats; empty where not produced. ``seeds``: int64 [2, 2], the stochastic-rounding seeds of the
+    K and M blockings in ``seeds[0, 0]`` and ``seeds[1, 0]`` (read on the device when the kernel runs)."""
+    from fp4lab.recipes.operands import fake_quant_operands
+
+    s = OperandSpec.decode(spec)
+    fmt = rt.registered_format(s.fmt)
+    out = fake_quant_operands(x, fmt, s.rounding or None, along_k=_blocking(s.rht_k, s.rht_seed_k, seeds[0, 0:1]),
+                              along_m=_blocking(s.rht_m, s.rht_seed_m, seeds[1, 0:1]), sr_bits=s.sr_bits,
+                              gemm_dtype=s.gemm_dtype, fold_tensor_scale=s.fold)
+    gd = gemm_torch_dtype(s.gemm_dtype)
+    return tuple(_empty_like_spec(x, dt) if t is None else t  # type: ignore[return-value]
+                 for t, dt in zip(out, (gd, gd, torch.float32, torch.float32)))
+
+
+@fake_quant.register_fake
+def _fake_quant_fake(x: Tensor, seeds: Tensor, spec: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    s = OperandSpec.decode(spec)
+    gd = gemm_torch_dtype(s.gemm_dtype)
+    fold = s.fold and rt.registered_format(s.fmt).tensor_scale != "none"
+    k, m = s.rht_k >= 0, s.rht_m >= 0
+    return (x.new_empty(x.shape, dtype=gd) if k else _empty_like_spec(x, gd),
+            x.new_empty(x.shape, dtype=gd) if m else _empty_like_spec(x, gd),
+            x.new_empty((1,), dtype=torch.float32) if k and fold else _empty_like_spec(x, torch.float32),
+            x.new_empty((1,), dtype=torch.float32) if m and fold else _empty_like_spec(x, torch.float32))
+
+
+@torch.library.custom_op("fp4lab::e4m3_rows", mutates_args=())
+def e4m3_rows(t: Tensor, transpose: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(E4M3 codes [R, C] as uint8 bytes, scale [R] fp32 2^r, unfit [R] int32) of bf16 ``t`` [R, C]
+    (``transpose``: of its columns): ``fp4lab.recipes.fp8_gemm.to_e4m3_rows``."""
+    from fp4lab.recipes import fp8_gemm
+
+    op = fp8_gemm.to_e4m3_rows(t, transpose)
+    return op.codes.view(torch.uint8), op.scale, op.unfit
+
+
+@e4m3_rows.register_fake
+def _e4m3_rows_fake(t: Tensor, transpose: bool) -> tuple[Tensor, Tensor, Tensor]:
+    r, c = (t.shape[1], t.shape[0]) if transpose else (t.shape[0], t.shape[1])
+    return (t.new_empty((r, c), dtype=torch.uint8), t.new_empty((r,), dtype=torch.float32),
+            t.new_empty((r,), dtype=torch.int32))
+
+
+@torch.library.custom_op("fp4lab::fp8_mm", mutates_args=("counts",))
+def fp8_mm(a_codes: Tensor, a_scale: Tensor, a_unfit: Tensor, b_codes: Tensor, b_scale: Tensor, b_unfit: Tensor,
+           a: Tensor, b: Tensor, bias: Optional[Tensor], counts: Tensor, out_dtype: torch.dtype,
+           fast_accum: bool) -> Tensor:
+    """``A @ B^T`` [M, N] from E4M3 operands of A [M, K] and B [N, K] (``e4m3_rows``: codes as uint8 bytes), rows
+    that do not fit taken
+    from the bf16 ``a`` and ``b`` (the same values, any strides); adds [M + N, unfit rows] to ``counts`` [2]
+    (``fp4lab.recipes.fp8_gemm.fp8_gemm``)."""
+    from fp4lab.recipes import fp8_gemm as fg
+
+    e4m3 = torch.float8_e4m3fn
+    return fg.fp8_gemm(fg.E4M3Rows(a_codes.view(e4m3), a_scale, a_unfit), fg.E4M3Rows(b_codes.view(e4m3), b_scale,
+                       b_unfit), a, b, out_dtype, fast_accum, bias, counts)
+
+
+@fp8_mm.register_fake
+def _fp8_mm_fake(a_codes: Tensor, a_scale: Tensor, a_unfit: Tensor, b_codes: Tensor, b_scale: Tensor,
+                 b_unfit: Tensor, a: Tensor, b: Tensor, bias: Optional[Tensor], counts: Tensor,
+                 out_dtype: torch.dtype, fast_accum: bool) -> Tensor:
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("fp4lab::scaled_mm", mutates_args=())
+def scaled_mm(a: Tensor, b: Tensor, scale: Tensor, out_dtype: torch.dtype, bias: Optional[Tensor]) -> Tensor:
+    """``scale * (a @ b) (+ bias)`` as ``out_dtype`` for a [M, K], b [K, N] and a one-element fp32 ``scale`` in
+    device memory: one cuBLAS GEMM with the scale and bias in its epilogue on CUDA (``runtime.mm``)."""
+    return rt.mm(a, b, out_dtype, scale, bias)
+
+
+@scaled_mm.register_fake
+def _scaled_mm_fake(a: Tensor, b: Tensor, scale: Tensor, out_dtype: torch.dtype, bias: Optional[Tensor]) -> Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)

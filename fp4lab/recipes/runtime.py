@@ -51,6 +51,27 @@ def register_recipe(recipe: Recipe) -> str:
     return key
 
 
+_FORMATS: dict[str, Any] = {}
+
+
+def register_format(fmt: Any) -> str:
+    """The key of a ``QuantFormat`` in this process (its name, made safe, and a digest of its spec), registered."""
+    from fp4lab.formats.spec_io import model_to_toml
+
+    text = model_to_toml(fmt)
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", fmt.name)[:40]
+    key = f"{safe}@{hashlib.blake2b(text.encode('utf-8'), digest_size=8).hexdigest()}"
+    _FORMATS.setdefault(key, fmt)
+    return key
+
+
+def registered_format(key: str) -> Any:
+    """The format registered under ``key`` (``register_format``)."""
+    if key not in _FORMATS:
+        raise InputError(f"fake_quant: format key '{key}' is not registered in this process (register_format)")
+    return _FORMATS[key]
+
+
 def register_shard(shard: Any) -> str:
     """The key of a ``TokenShard`` in this process (a digest of its process group's name), registered."""
     key = hashlib.blake2b(shard.group_name.encode("utf-8"), digest_size=6).hexdigest()

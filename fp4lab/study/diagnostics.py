@@ -3,15 +3,15 @@ captured operand tensors.
 
 At a diagnostic step, hooks on every ``QuantLinear`` see the layer's high-precision operands as the layer sees
 them (X: its input flattened to [M, K]; W: [N, K]; dY: the gradient of its output, [M, N]) and fake-quantize each
-one for every GEMM that uses it exactly as the layer does (``layer._state.operands``: same format, rounding, RHT
+one for every GEMM that uses it exactly as the layer does (``layer.operands``: same format, rounding, RHT
 signs and stochastic-rounding stream of that step; folded tensor scales multiplied back):
 
     x: fprop (along K), wgrad (along M);  w: fprop (along K), dgrad (along N);  dy: dgrad (along N), wgrad (along M)
 
 Each row holds ``alpha = <q, r> / ||r||^2`` (``fp4lab.analysis.metrics.alpha``, paper Eq. 3) and ``sqnr_db`` of
 the operand ``q`` against the reference ``r`` in the same basis (the input rotated by the GEMM's RHT when the
-recipe rotates that GEMM). The hooks change no state of the training step: SR streams are the step's own and
-``layer.step`` is restored. Captures write X, W and dY of the layers matching ``capture_layers`` (fnmatch
+recipe rotates that GEMM). The hooks change no state of the training step: SR streams are the step's own (the
+step a layer's backward advances after its hooks have run). Captures write X, W and dY of the layers matching ``capture_layers`` (fnmatch
 patterns of qualified names) as float32 ``.npy`` files ``<dir>/<layer>.<operand>.npy`` for ``fp4lab compare``
 (X and dY: their first ``capture_rows`` token rows, all rows when 0; W whole).
 """
@@ -47,20 +47,15 @@ def operand_alpha(layer: QuantLinear, t: torch.Tensor, operand: str, gemm: str, 
                   step: int) -> tuple[float, float]:
     """(alpha, sqnr_db) of ``operand`` (2-D ``t``) of ``gemm``, blocked ``along`` "k" (last axis) or "m" (axis 0),
     fake-quantized as the layer does at ``step``."""
-    st = layer._state
-    saved, st.step = st.step, step
-    try:
-        with torch.no_grad():
-            if along == "k":
-                q, _, ts, _ = st.operands(t, operand, gemm, None)
-            else:
-                _, q, _, ts = st.operands(t, operand, None, gemm)
-    finally:
-        st.step = saved
+    if along == "k":
+        q, _, ts, _ = layer.operands(t, operand, gemm, None, step=step)
+    else:
+        _, q, _, ts = layer.operands(t, operand, None, gemm, step=step)
     q = q.float() if ts is None else q.float() * ts
     ref = t.detach().float()
-    if st.fmt(operand) is not None and gemm in st.recipe.rht:
-        ref = fp4lab.rht(ref, size=st.recipe.rht_size, seed=st.rht_seed, axis=-1 if along == "k" else 0)
+    r = layer.recipe
+    if r.format_of(operand) is not None and gemm in r.rht:
+        ref = fp4lab.rht(ref, size=r.rht_size, seed=layer.rht_seed, axis=-1 if along == "k" else 0)
     return metrics.alpha_sqnr_db(ref, q)  # float64 sums on the tensors' device
 
 
@@ -91,7 +86,7 @@ def watch(model: torch.nn.Module, step: int, alpha: bool, capture_dir: Path | No
 
     def forward_hook(name: str, layer: QuantLinear) -> Any:
         def hook(module: torch.nn.Module, args: tuple, out: torch.Tensor) -> None:
-            layer_step = layer.step - 1  # the forward has already counted this pass
+            layer_step = layer.step  # (the layer's backward advances it, after these hooks)
             x = args[0].reshape(-1, layer.in_features)
             measure(name, layer, x, "x", layer_step)
             measure(name, layer, layer.weight, "w", layer_step)
