@@ -11,7 +11,13 @@
    each layer step, and ``nn.Linear``'s, as CUDA-graph replays (no host launch cost on either side: how a
    captured training step runs them).
 2. One whole training step (forward, backward, fused AdamW; fp32 master weights, bf16 autocast) of the study's
-   GPT model at its middle size, in tokens/s against the same model with bf16 ``nn.Linear`` layers.
+   GPT model (``--model``: its sizes, or ``user-1024`` / ``user-2048``, GPTs as users write them), in tokens/s
+   against the same model with bf16 ``nn.Linear`` layers run the same way: eagerly, as a hand-made CUDA graph, or
+   under ``torch.compile(fullgraph=True)`` in its "default", "reduce-overhead" and "max-autotune" modes
+   (``--modes``), with graph breaks and recompiles counted.
+
+    python benchmarks/bench_training.py --shapes '' --model user-1024 user-2048 \
+        --modes eager default reduce-overhead --json compile.json
 
 Times are medians over repeats of CUDA-event-timed loops; inputs are random normal (never zeros).
 """
@@ -70,31 +76,19 @@ def linear_step(layer: Any, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], N
 
 
 def graphed_step(layer: Any, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
-    """``linear_step`` captured in a CUDA graph: the returned function replays it (QuantLinear layers read their
-    stochastic-rounding seeds from a ``DeviceStreams`` buffer, advanced before every replay, as in training)."""
-    from fp4lab.recipes import DeviceStreams
-
-    ds = DeviceStreams(torch.nn.Sequential(layer)) if isinstance(layer, QuantLinear) else None
+    """``linear_step`` captured in a CUDA graph: the returned function replays it (QuantLinear layers draw their
+    stochastic-rounding keys from their step in device memory, which each replay advances, as in training)."""
     step = linear_step(layer, x, dy)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            if ds is not None:
-                ds.advance()
             step()
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
-    if ds is not None:
-        ds.advance()
     with torch.cuda.graph(g):
         step()
-
-    def replay() -> None:
-        if ds is not None:
-            ds.advance()
-        g.replay()
-    return replay
+    return g.replay
 
 
 class _Naive(torch.nn.Module):
@@ -148,22 +142,20 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
             row["compiled_ms"] = timed(linear_step(cnaive, x, dy), iters, repeats)
             row["compiled_over_ours"] = row["compiled_ms"] / row["ms"]
         # the recipe's fake-quant operand passes alone (forward and backward)
-        st = layer._state
-
         def fq_only() -> None:
-            st.operands(x.detach(), "x", "fprop", "wgrad")
-            st.operands(layer.weight.detach(), "w", "fprop", None)
-            st.operands(dy, "dy", "dgrad", "wgrad")
-            st.operands(layer.weight.detach(), "w", None, "dgrad")
+            layer.operands(x.detach(), "x", "fprop", "wgrad")
+            layer.operands(layer.weight.detach(), "w", "fprop", None)
+            layer.operands(dy, "dy", "dgrad", "wgrad")
+            layer.operands(layer.weight.detach(), "w", None, "dgrad")
         row["fake_quant_ms"] = timed(fq_only, iters, repeats)
         # operands agree with the naive PyTorch version (deterministic operand; a check of the benchmark itself)
         with torch.no_grad():
-            ours = st.operands(x.detach(), "x", "fprop", None)[0].float()
+            ours = layer.operands(x.detach(), "x", "fprop", None)[0].float()
             fmt = r.format_of("x")
             if fmt is not None:
                 theirs = naive_fake_quant(x.detach(), fmt, -1, r.rht_size if "fprop" in r.rht else None, False).float()
                 if fp4lab.get_format(fmt).tensor_scale != "none":
-                    ours = ours * st.operands(x.detach(), "x", "fprop", None)[2]
+                    ours = ours * layer.operands(x.detach(), "x", "fprop", None)[2]
                 row["naive_rel_diff"] = float((ours - theirs).norm() / theirs.norm())
         rows[name] = row
         print(f"  {k}->{n} {name:9s} {row['ms']:7.3f} ms  {row['vs_bf16']:.3f}x bf16"
@@ -175,31 +167,60 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
     return res
 
 
-def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int,
-                graph: bool = False) -> dict[str, Any]:
-    """Whole training steps; ``graph``: the step captured in a CUDA graph and replayed (``DeviceStreams`` feeds
-    the stochastic-rounding seeds), which takes the host's launch cost out of both sides."""
-    from fp4lab.recipes import DeviceStreams
-    from fp4lab.study.model import GPT, SIZES
+# whole-model shapes: the study's sizes, and a GPT as users write one (d_model 1024 x 8 blocks at 16 x 1024 tokens,
+# d_model 2048 x 4 blocks at 8 x 1024), each with its default batch (sequences per step)
+USER_MODELS = {"user-1024": (dict(d_model=1024, layers=8, heads=16, ffn=2816, seq_len=1024), 16),
+               "user-2048": (dict(d_model=2048, layers=4, heads=16, ffn=5632, seq_len=1024), 8)}
+MODES = ("eager", "graph", "default", "reduce-overhead", "max-autotune")
 
-    cfg = SIZES[size]
+
+def model_config(size: str) -> Any:
+    from fp4lab.study.model import SIZES, GPTConfig
+
+    return GPTConfig(**USER_MODELS[size][0]) if size in USER_MODELS else SIZES[size]
+
+
+def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int,
+                mode: str = "eager") -> dict[str, Any]:
+    """Whole training steps (forward, backward, fused AdamW; fp32 master weights, bf16 autocast; head kept in high
+    precision) per recipe against the same model with bf16 ``nn.Linear`` layers run the same way. ``mode``:
+    "eager"; "graph", the step captured by hand in a CUDA graph and replayed; or a ``torch.compile`` mode
+    ("default", "reduce-overhead": CUDA graphs, "max-autotune") of the model with ``fullgraph=True``, with the
+    graph count, graph breaks (``torch._dynamo.explain``) and the frames compiled during the timed steps (0: no
+    recompile per step)."""
+    from torch._dynamo.utils import counters
+
+    from fp4lab.study.model import GPT
+
+    cfg = model_config(size)
     dev = "cuda"
     res: dict[str, Any] = {"size": size, "params": cfg.params, "batch": batch, "seq_len": cfg.seq_len,
-                           "graph": graph}
+                           "mode": mode}
     tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len + 1), device=dev)
     inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    rows = {}
+    rows: dict[str, Any] = {}
+    compiled = mode not in ("eager", "graph")
     for name in ["bf16-nn.Linear"] + recipes:
         torch.manual_seed(0)
         model = GPT(cfg).to(dev)
         if name != "bf16-nn.Linear":
             quantize_model(model, name, skip=("head",))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=graph)
-        ds = DeviceStreams(model) if graph else None
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=mode == "graph")
+        row: dict[str, Any] = {}
+        net: Any = model
+        if compiled:
+            torch._dynamo.reset()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                ex = torch._dynamo.explain(model)(inp)
+            row.update(graphs=ex.graph_count, graph_breaks=ex.graph_break_count)
+            torch._dynamo.reset()
+            net = torch.compile(model, mode=None if mode == "default" else mode, fullgraph=True)
 
         def body() -> None:
-            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graph):
-                loss = torch.nn.functional.cross_entropy(model(inp).reshape(-1, cfg.vocab), tgt.reshape(-1))
+            if mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=mode != "graph"):
+                loss = torch.nn.functional.cross_entropy(net(inp).reshape(-1, cfg.vocab), tgt.reshape(-1))
             loss.backward()
             opt.step()
 
@@ -207,33 +228,38 @@ def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: 
             body()
             opt.zero_grad(set_to_none=True)
         try:
-            if graph:
+            t0 = time.time()
+            if mode == "graph":
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     for _ in range(3):
-                        ds.advance()
                         step()
                 torch.cuda.current_stream().wait_stream(side)
                 g = torch.cuda.CUDAGraph()
-                ds.advance()
                 with torch.cuda.graph(g):
                     body()
-
-                def replay() -> None:
-                    ds.advance()
-                    g.replay()
-                loops = timed_loops(replay, steps, repeats)
+                loops = timed_loops(g.replay, steps, repeats)
             else:  # eager steps are bound by the host for small models: more warm-up, and the spread kept
-                loops = timed_loops(step, steps, repeats, warmup=3)
+                for _ in range(3):
+                    step()
+                torch.cuda.synchronize()
+                row["warmup_s"] = round(time.time() - t0, 1)
+                frames = counters["frames"]["ok"]
+                loops = timed_loops(step, steps, repeats, warmup=0)
+                if compiled:
+                    row["recompiles"] = counters["frames"]["ok"] - frames
             ms = statistics.median(loops)
         except Exception as exc:  # report and go on (a capture the runtime refuses, say)
-            print(f"  model {size} batch {batch} {name}: {type(exc).__name__}: {exc}"[:400], flush=True)
+            print(f"  model {size} batch {batch} {mode} {name}: {type(exc).__name__}: {exc}"[:600], flush=True)
             continue
-        rows[name] = {"ms": ms, "ms_loops": loops, "tokens_per_s": batch * cfg.seq_len / ms * 1e3}
-        print(f"  model {size} batch {batch}{' graph' if graph else ''} {name:14s} {ms:7.2f} ms/step "
-              f"({min(loops):.2f}-{max(loops):.2f})  {rows[name]['tokens_per_s'] / 1e3:8.1f} k tokens/s",
-              flush=True)
+        row.update(ms=ms, ms_loops=loops, tokens_per_s=batch * cfg.seq_len / ms * 1e3)
+        rows[name] = row
+        extra = "".join(f" {k} {row[k]}" for k in ("graphs", "graph_breaks", "recompiles", "warmup_s") if k in row)
+        print(f"  model {size} batch {batch} {mode} {name:14s} {ms:7.2f} ms/step ({min(loops):.2f}-{max(loops):.2f})"
+              f"  {row['tokens_per_s'] / 1e3:8.1f} k tokens/s{extra}", flush=True)
+        del net, model, opt
+        torch.cuda.empty_cache()
     base = rows.get("bf16-nn.Linear", {}).get("ms")
     for name in recipes:
         if base and name in rows:
@@ -247,9 +273,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN,...")
     ap.add_argument("--recipes", nargs="+", default=list_recipes())
-    ap.add_argument("--model", default="middle", help="study model size for the whole-step benchmark ('' to skip)")
-    ap.add_argument("--batch", type=int, nargs="+", default=[32, 128], help="sequences per step (512 tokens each)")
-    ap.add_argument("--graph", action="store_true", help="whole-step benchmark as CUDA-graph replays")
+    ap.add_argument("--model", nargs="*", default=["middle"],
+                    help=f"whole-step models: study sizes or {', '.join(USER_MODELS)} (none: skip)")
+    ap.add_argument("--batch", type=int, nargs="+", default=None,
+                    help="sequences per step (default: 32 and 128 for study sizes, the user models' own)")
+    ap.add_argument("--modes", nargs="+", default=["eager"], choices=MODES,
+                    help="whole-step modes: eager, graph (hand-made CUDA graph), torch.compile modes")
     ap.add_argument("--layer-graph", action="store_true",
                     help="also time each layer step (and nn.Linear's) as CUDA-graph replays")
     ap.add_argument("--quick", action="store_true")
@@ -267,9 +296,14 @@ def main() -> None:
         out["linear"].append(bench_linear(args.tokens, k, n, args.recipes, iters, repeats,
                                           compiled=not args.no_compile and (k, n) == shapes[0],
                                           graph=args.layer_graph))
-    if args.model:
-        out["model"] = [bench_model(args.model, b, args.recipes, max(iters // 2, 3), repeats, graph=args.graph)
-                        for b in args.batch]
+    out["model"] = []
+    for size in args.model:
+        batches = args.batch or ([USER_MODELS[size][1]] if size in USER_MODELS else [32, 128])
+        for b in batches:
+            for mode in args.modes:
+                out["model"].append(bench_model(size, b, args.recipes, max(iters // 2, 3), repeats, mode))
+                if args.json:  # after every block: a run stopped by its time slot keeps what it measured
+                    Path(args.json).write_text(json.dumps(out, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     print(json.dumps(summary(out)))
@@ -282,7 +316,7 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
     shapes = {f"{r['k']}x{r['n']}": r["recipes"] for r in out["linear"]}
     return {"linear_vs_bf16": {s: ratios(rows, "vs_bf16") for s, rows in shapes.items()},
             "linear_graph_vs_bf16": {s: ratios(rows, "graph_vs_bf16") for s, rows in shapes.items()},
-            "model_vs_bf16": {f"batch {m['batch']}{' graph' if m['graph'] else ''}": ratios(m["recipes"], "vs_bf16")
+            "model_vs_bf16": {f"{m['size']} batch {m['batch']} {m['mode']}": ratios(m["recipes"], "vs_bf16")
                               for m in out.get("model", [])}}
 
 if __name__ == "__main__":

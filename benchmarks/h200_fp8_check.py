@@ -62,11 +62,10 @@ def check_operands(tokens: int, k: int, n: int) -> dict[str, Any]:
     layer = QuantLinear(k, n, bias=False, recipe="mxfp4-fp8", device="cuda", dtype=torch.bfloat16)
     x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16) * 0.5
     dy = torch.randn(tokens, n, device="cuda", dtype=torch.bfloat16) * 1e-3
-    st = layer._state
-    xk, xm, _, _ = st.operands(x, "x", "fprop", "wgrad")
-    wk = st.operands(layer.weight.detach(), "w", "fprop", None)[0]
-    wn = st.operands(layer.weight.detach(), "w", None, "dgrad")[1]
-    dyn, dym, _, _ = st.operands(dy, "dy", "dgrad", "wgrad")
+    xk, xm, _, _ = layer.operands(x, "x", "fprop", "wgrad")
+    wk = layer.operands(layer.weight.detach(), "w", "fprop", None)[0]
+    wn = layer.operands(layer.weight.detach(), "w", None, "dgrad")[1]
+    dyn, dym, _, _ = layer.operands(dy, "dy", "dgrad", "wgrad")
     for name, t, tr in (("x.fprop", xk, False), ("w.fprop", wk, False), ("dy.dgrad", dyn, False),
                         ("w.dgrad", wn, True), ("dy.wgrad", dym, True), ("x.wgrad", xm, True)):
         out[name] = compare_conversion(t, tr)

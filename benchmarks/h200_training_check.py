@@ -16,6 +16,10 @@
    quantize and fake-quantize of CUDA tensors whose elements sit where the reference's p = fl(1 - x) rounds and
    around every threshold, at 4, 8, 16 and 24 random bits, against the CPU reference.
 6. Repeated launches of one plan (``CachedLaunch``'s direct path) against its first (JIT) launch, bit for bit.
+7. Compiled training steps against eager ones, bit for bit, per built-in recipe: a converted model (two
+   QuantLinear layers around a ReLU, a high-precision head) under ``torch.compile(fullgraph=True)`` in the
+   default and "reduce-overhead" (CUDA graphs) modes, three steps each (stochastic-rounding keys drawn on the
+   device step by step, also in graph replays); and the device key kernel against the host formula.
 
     python benchmarks/h200_training_check.py --json out.json [--tiles]
 """
@@ -139,12 +143,11 @@ def check_layer(tokens: int, k: int, n: int) -> dict[str, Any]:
                 layer.weight.copy_(torch.randn(n, k, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16))
                 layer.bias.copy_(torch.randn(n, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16))
             xd = x.detach().to(dev).requires_grad_(True)
-            st = layer._state
             ops = {
-                "x": st.operands(x.to(dev), "x", "fprop", "wgrad"),
-                "w": st.operands(layer.weight.detach(), "w", "fprop", None),
-                "wn": st.operands(layer.weight.detach(), "w", None, "dgrad"),
-                "dy": st.operands(dy.to(dev), "dy", "dgrad", "wgrad"),
+                "x": layer.operands(x.to(dev), "x", "fprop", "wgrad"),
+                "w": layer.operands(layer.weight.detach(), "w", "fprop", None),
+                "wn": layer.operands(layer.weight.detach(), "w", None, "dgrad"),
+                "dy": layer.operands(dy.to(dev), "dy", "dgrad", "wgrad"),
             }
             y = layer(xd)
             y.backward(dy.to(dev))
@@ -451,6 +454,50 @@ def time_kernels(tiles: bool) -> dict[str, Any]:
     return res
 
 
+def check_compiled_steps(steps: int = 3) -> dict[str, Any]:
+    """Section 7: per recipe and compile mode, the number of (y, dx, parameter grad) tensors of ``steps`` steps
+    that differ from eager's, and the layers' steps afterwards; the device key kernel against the host formula."""
+    import copy
+
+    from fp4lab.recipes import QuantLinear, list_recipes, quantize_model, streams
+    from fp4lab.recipes.runtime import sr_keys
+
+    state = torch.tensor([streams.signed64(2**64 - 5), 12345], dtype=torch.int64, device="cuda")
+    keys = sr_keys(state, advance=True)[:, 0].tolist()
+    want = [streams.signed64(streams.sr_seed(2**64 - 5, 12345, u)) for u in streams.USES]
+    out: dict[str, Any] = {"device_keys_equal_host": keys == want and int(state[1]) == 12346}
+    g = torch.Generator(device="cuda").manual_seed(1)
+    xs = [torch.randn(256, 512, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(steps)]
+    gs = [torch.randn(256, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(steps)]
+
+    def run(model: Any) -> list[torch.Tensor]:
+        res = []
+        for x, gy in zip(xs, gs):
+            torch.compiler.cudagraph_mark_step_begin()
+            model.zero_grad(set_to_none=True)
+            x = x.clone().requires_grad_(True)
+            y = model(x)
+            y.backward(gy)
+            res += [y.detach().clone(), x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+        return res
+    for name in list_recipes():
+        torch.manual_seed(0)
+        base = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
+                                   torch.nn.Linear(256, 64, bias=False)).to("cuda", torch.bfloat16)
+        quantize_model(base, name, skip=("3",))
+        want_t = run(copy.deepcopy(base))
+        row: dict[str, Any] = {}
+        for mode in ("default", "reduce-overhead"):
+            torch._dynamo.reset()
+            m = copy.deepcopy(base)
+            got = run(torch.compile(m, mode=mode, fullgraph=True))
+            row[mode] = {"tensors": len(got), "differ": sum(not torch.equal(a, b) for a, b in zip(want_t, got)),
+                         "steps": [q.step for q in m.modules() if isinstance(q, QuantLinear)]}
+        out[name] = row
+        print(f"compiled steps {name}: {row}", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -459,6 +506,7 @@ def main() -> None:
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--only-compiled", action="store_true", help="section 7 alone")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -466,7 +514,13 @@ def main() -> None:
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(out, fh, indent=2, default=str)
+    if args.only_compiled:
+        out["compiled_steps"] = check_compiled_steps()
+        save()
+        return
     if not args.skip_checks:
+        out["compiled_steps"] = check_compiled_steps()
+        save()
         out["sr_encoder_edges"] = check_sr_encoder_edges()
         save()
         out["kernel"] = check_kernel(args.rows, args.cols)

@@ -250,14 +250,14 @@ def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
 
 def _check_tokens(layer: QuantLinear, m: int) -> None:
     r = layer.recipe
+    formats = runtime(layer.layer_spec).formats
     for op in ("x", "dy"):
-        f = r.format_of(op)
-        need = _block_along(None if f is None else get_format(f), "m")
+        need = _block_along(formats[op], "m")
         if "wgrad" in r.rht:
             need = max(need, r.rht_size)
         if m % need:
-            raise InputError(f"{layer._where()}: {m} tokens (rows of the flattened input) is not a multiple of {need}, the "
-                             f"block/RHT size along M of the WGRAD operand {op} in recipe '{r.name}'")
+            raise InputError(f"{layer._where()}: {m} tokens (rows of the flattened input) is not a multiple of {need}, "
+                             f"the block/RHT size along M of the WGRAD operand {op} in recipe '{r.name}'")
 
 
 def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
