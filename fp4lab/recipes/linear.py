@@ -71,7 +71,9 @@ class QuantLinear(torch.nn.Linear):
 
     def _set_spec(self, spec: LayerSpec) -> None:
         self.layer_spec = spec.encode()
-        self._fp8 = runtime(self.layer_spec).fp8
+        r = runtime(self.layer_spec)
+        self._fp8 = r.fp8
+        self._tokens_multiple = _token_multiple(self.recipe, r.formats) if self.recipe.format is not None else (1, "x")
 
     @property
     def stream(self) -> int:
@@ -140,8 +142,11 @@ class QuantLinear(torch.nn.Linear):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
-        if self.recipe.format is not None and needs_w:
-            _check_tokens(self, x2.shape[0])
+        if needs_w and x2.shape[0] % self._tokens_multiple[0]:
+            need, op = self._tokens_multiple
+            raise InputError(f"{self._where()}: {x2.shape[0]} tokens (rows of the flattened input) is not a multiple "
+                             f"of {need}, the block/RHT size along M of the WGRAD operand {op} in recipe "
+                             f"'{self.recipe.name}'")
         dev = x2.device.type
         autocast = torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev)
         out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
@@ -248,16 +253,16 @@ def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
                                  f"format '{f}' for operand {op} in recipe '{recipe.name}')")
 
 
-def _check_tokens(layer: QuantLinear, m: int) -> None:
-    r = layer.recipe
-    formats = runtime(layer.layer_spec).formats
+def _token_multiple(recipe: Recipe, formats: dict[str, Any]) -> tuple[int, str]:
+    """(the multiple of M that the WGRAD operands' blocks and RHT need, the operand that needs the most)."""
+    need, which = 1, "x"
     for op in ("x", "dy"):
-        need = _block_along(formats[op], "m")
-        if "wgrad" in r.rht:
-            need = max(need, r.rht_size)
-        if m % need:
-            raise InputError(f"{layer._where()}: {m} tokens (rows of the flattened input) is not a multiple of {need}, "
-                             f"the block/RHT size along M of the WGRAD operand {op} in recipe '{r.name}'")
+        n = _block_along(formats[op], "m")
+        if "wgrad" in recipe.rht:
+            n = max(n, recipe.rht_size)
+        if n > need:
+            need, which = n, op
+    return need, which
 
 
 def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
