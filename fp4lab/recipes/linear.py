@@ -31,7 +31,7 @@ from fp4lab.formats.registry import get_format
 from fp4lab.recipes import streams
 from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe, load_recipe_text, recipe_to_toml
 from fp4lab.recipes.operands import gemm_torch_dtype
-from fp4lab.recipes.ops import OperandSpec
+from fp4lab.recipes.ops import OperandSpec, QuantLinearFunction
 from fp4lab.recipes.runtime import (GEMMS, LayerSpec, register_format, register_recipe, register_shard, runtime,
                                     sr_keys)
 
@@ -148,10 +148,12 @@ class QuantLinear(torch.nn.Linear):
                              f"of {need}, the block/RHT size along M of the WGRAD operand {op} in recipe "
                              f"'{self.recipe.name}'")
         dev = x2.device.type
-        autocast = torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev)
+        autocast = dev != "meta" and torch.is_autocast_enabled(dev)  # (no autocast state for meta tensors)
         out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
-        y, _, _, counts = torch.ops.fp4lab.quant_linear(x2, self.weight, self.bias, self.sr_state, self.fp8_counts,
-                                                        self.layer_spec, needs_w, out_dtype)
+        eager = not torch.compiler.is_compiling() and dev != "meta"
+        op = QuantLinearFunction.apply if eager else torch.ops.fp4lab.quant_linear
+        y, _, _, counts = op(x2, self.weight, self.bias, self.sr_state, self.fp8_counts, self.layer_spec, needs_w,
+                             out_dtype)
         if self._fp8:
             self.fp8_counts[0].add_(counts)
         return y.reshape(*lead, self.out_features)

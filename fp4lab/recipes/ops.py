@@ -19,9 +19,8 @@ it (a declared mutation).
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -30,15 +29,10 @@ from fp4lab.recipes import runtime as rt
 from fp4lab.recipes.operands import gemm_torch_dtype
 
 
-@contextlib.contextmanager
-def _no_autocast(device_type: str) -> Iterator[None]:
-    """Autocast off inside an op (the operands' dtypes are the recipe's); entering a disabled autocast costs
-    host time, so only when it is on."""
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
-        with torch.autocast(device_type, enabled=False):
-            yield
-    else:
-        yield
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (the ops switch it off inside: the operands' dtypes are the
+    recipe's; entering a disabled autocast costs host time, so only when it is on)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 def _empty_like_spec(x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -46,17 +40,52 @@ def _empty_like_spec(x: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 # ---- the layer ---------------------------------------------------------------------------------------------------
-@torch.library.custom_op("fp4lab::quant_linear", mutates_args=())
+# Defined with the low-level torch.library API (schema + one Python kernel for every backend): a compiled graph
+# then reaches the Python implementation through the dispatcher alone. Eager steps skip the dispatcher and the
+# custom-op autograd wrapper (``QuantLinearFunction``: the same forward, setup and gradient code).
+_LIB = torch.library.Library("fp4lab", "FRAGMENT")
+_LIB.define("quant_linear(Tensor x, Tensor weight, Tensor? bias, Tensor state, Tensor counts, str spec, "
+            "bool needs_w, ScalarType out_dtype) -> (Tensor, Tensor, Tensor, Tensor)")
+_LIB.define("quant_linear_backward(Tensor dy, Tensor xm, Tensor weight, Tensor ts_xm, Tensor(a!) state, "
+            "Tensor(b!) counts, str spec, bool need_x, bool need_w, bool need_b, ScalarType x_dtype) "
+            "-> (Tensor, Tensor, Tensor)")
+
+
 def quant_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], state: Tensor, counts: Tensor, spec: str,
                  needs_w: bool, out_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(Y [M, N] of ``out_dtype``, X's WGRAD operand [M, K], its tensor scale [1], FPROP's FP8 row counts [2]) of
-    x [M, K] and weight [N, K] under the layer ``spec``; empty where not produced. ``counts`` (the layer's FP8
-    counts, read by backward) is not touched here."""
-    with _no_autocast(x.device.type):
-        return rt.runtime(spec).forward(x, weight, bias, state, needs_w, out_dtype)
+    """``fp4lab::quant_linear``: (Y [M, N] of ``out_dtype``, X's WGRAD operand [M, K], its tensor scale [1],
+    FPROP's FP8 row counts [2]) of x [M, K] and weight [N, K] under the layer ``spec``; empty where not produced.
+    ``counts`` (the layer's FP8 counts, which backward updates) is not touched here."""
+    r = rt.runtime(spec)
+    if not _autocast_on(x.device.type):
+        return r.forward(x, weight, bias, state, needs_w, out_dtype)
+    with torch.autocast(x.device.type, enabled=False):
+        return r.forward(x, weight, bias, state, needs_w, out_dtype)
 
 
-@quant_linear.register_fake
+def quant_linear_backward(dy: Tensor, xm: Tensor, weight: Tensor, ts_xm: Tensor, state: Tensor, counts: Tensor,
+                          spec: str, need_x: bool, need_w: bool, need_b: bool,
+                          x_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """``fp4lab::quant_linear_backward``: (dX, dW, db), empty where not needed, of the layer ``spec`` given dY
+    [M, N], forward's WGRAD operand of X and its tensor scale (empty: none); advances the step in ``state`` and
+    adds the FP8 row counts of DGRAD and WGRAD to ``counts`` [3, 2]."""
+    args = (dy, xm, weight, ts_xm if ts_xm.numel() else None, state, counts, need_x, need_w, need_b, x_dtype)
+    if _autocast_on(dy.device.type):
+        with torch.autocast(dy.device.type, enabled=False):
+            dx, dw, db = rt.runtime(spec).backward(*args)
+    else:
+        dx, dw, db = rt.runtime(spec).backward(*args)
+    return (_empty_like_spec(dy, x_dtype) if dx is None else dx,
+            _empty_like_spec(dy, weight.dtype) if dw is None else dw,
+            _empty_like_spec(dy, torch.float32) if db is None else db)
+
+
+for _key in ("CPU", "CUDA"):  # meta tensors take the fake implementations
+    _LIB.impl("quant_linear", quant_linear, _key)
+    _LIB.impl("quant_linear_backward", quant_linear_backward, _key)
+
+
+@torch.library.register_fake("fp4lab::quant_linear", lib=_LIB)
 def _quant_linear_fake(x: Tensor, weight: Tensor, bias: Optional[Tensor], state: Tensor, counts: Tensor, spec: str,
                        needs_w: bool, out_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r = rt.runtime(spec)
@@ -69,22 +98,7 @@ def _quant_linear_fake(x: Tensor, weight: Tensor, bias: Optional[Tensor], state:
     return y, xm, ts, c
 
 
-@torch.library.custom_op("fp4lab::quant_linear_backward", mutates_args=("state", "counts"))
-def quant_linear_backward(dy: Tensor, xm: Tensor, weight: Tensor, ts_xm: Tensor, state: Tensor, counts: Tensor,
-                          spec: str, need_x: bool, need_w: bool, need_b: bool,
-                          x_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-    """(dX, dW, db), empty where not needed, of the layer ``spec`` given dY [M, N], forward's WGRAD operand of X
-    and its tensor scale (empty: none); advances the step in ``state`` and adds the FP8 row counts of DGRAD and
-    WGRAD to ``counts`` [3, 2]."""
-    with _no_autocast(dy.device.type):
-        dx, dw, db = rt.runtime(spec).backward(dy, xm, weight, ts_xm if ts_xm.numel() else None, state, counts,
-                                               need_x, need_w, need_b, x_dtype)
-    return (_empty_like_spec(dy, x_dtype) if dx is None else dx,
-            _empty_like_spec(dy, weight.dtype) if dw is None else dw,
-            _empty_like_spec(dy, torch.float32) if db is None else db)
-
-
-@quant_linear_backward.register_fake
+@torch.library.register_fake("fp4lab::quant_linear_backward", lib=_LIB)
 def _quant_linear_backward_fake(dy: Tensor, xm: Tensor, weight: Tensor, ts_xm: Tensor, state: Tensor,
                                 counts: Tensor, spec: str, need_x: bool, need_w: bool, need_b: bool,
                                 x_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
@@ -105,17 +119,37 @@ def _quant_linear_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     ctx.spec, ctx.x_dtype, ctx.has_bias = spec, x.dtype, bias is not None
 
 
-def _quant_linear_grad(ctx: Any, dy: Tensor, *unused: Any) -> tuple:
+def _quant_linear_grad(ctx: Any, dy: Tensor, backward: Any) -> tuple:
     xm, weight, ts_xm = ctx.saved_tensors
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     need_b = need_b and ctx.has_bias
-    dx, dw, db = torch.ops.fp4lab.quant_linear_backward(dy, xm, weight, ts_xm, ctx.state, ctx.counts, ctx.spec,
-                                                        need_x, need_w, need_b, ctx.x_dtype)
+    dx, dw, db = backward(dy, xm, weight, ts_xm, ctx.state, ctx.counts, ctx.spec, need_x, need_w, need_b,
+                          ctx.x_dtype)
     return (dx if need_x else None, dw if need_w else None, db if need_b else None,
             None, None, None, None, None)
 
 
-torch.library.register_autograd("fp4lab::quant_linear", _quant_linear_grad, setup_context=_quant_linear_setup)
+def _quant_linear_op_grad(ctx: Any, dy: Tensor, *unused: Any) -> tuple:
+    return _quant_linear_grad(ctx, dy, torch.ops.fp4lab.quant_linear_backward)
+
+
+torch.library.register_autograd("fp4lab::quant_linear", _quant_linear_op_grad, setup_context=_quant_linear_setup,
+                                lib=_LIB)
+
+
+class QuantLinearFunction(torch.autograd.Function):
+    """Eager twin of the differentiable ``fp4lab::quant_linear``: the same implementation, setup and gradient
+    without the dispatcher's round trip (``QuantLinear.forward`` uses it unless ``torch.compile`` is tracing)."""
+
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        out = quant_linear(*inputs)
+        _quant_linear_setup(ctx, inputs, out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor, *unused: Any) -> tuple:
+        return _quant_linear_grad(ctx, dy, quant_linear_backward)
 
 
 # ---- the pieces, for layers of your own ----------------------------------------------------------------------------

@@ -289,7 +289,7 @@ TRITON_ON_CPU = False  # tests: compute CPU keys with the Triton kernel too (nee
 def sr_keys(state: torch.Tensor, advance: bool) -> torch.Tensor:
     """int64 [6, 2]: in ``[u, 0]`` the Philox key of use ``streams.USES[u]`` at the step held by ``state``
     (int64 [2]: stream, step), bit for bit ``streams.sr_seed``; ``advance``: then add 1 to the step in place."""
-    keys = torch.zeros((len(streams.USES), 2), dtype=torch.int64, device=state.device)
+    keys = torch.empty((len(streams.USES), 2), dtype=torch.int64, device=state.device)  # (column 1: padding)
     if state.is_cuda or TRITON_ON_CPU:
         from fp4lab.kernels.host import device_array
         from fp4lab.kernels.sr_keys_launch import sr_keys_triton
