@@ -87,7 +87,9 @@ def test_split_rule_is_deterministic_disjoint_and_by_path(corpus_dir, corpus, tm
         (tmp_path / rel).write_text("other")
     assert data.load_corpus(tmp_path, "*.py").heldout_files == corpus.heldout_files
     # parts: each file followed by the separator byte
-    assert corpus.train.dtype == np.uint8 and int((corpus.train == data.SEP).sum()) == len(train_f)
+    whole = corpus.train.array()
+    assert whole.dtype == np.uint8 and whole.size == corpus.train.size
+    assert int((whole == data.SEP).sum()) == len(train_f)
     assert corpus.heldout.size == sum((corpus_dir / f).stat().st_size + 1 for f in corpus.heldout_files)
 
 
@@ -120,8 +122,8 @@ def test_recipes_share_batches_and_initial_weights(tmp_path, corpus_dir, corpus,
     seen: dict[str, list] = {}
     current = []
 
-    def spy(tokens, seed, step, batch, seq_len):
-        out = data.train_batch(tokens, seed, step, batch, seq_len)
+    def spy(tokens, seed, step, batch, seq_len, order=0):
+        out = data.train_batch(tokens, seed, step, batch, seq_len, order)
         seen.setdefault(current[0], []).append(out)
         return out
 
@@ -219,10 +221,10 @@ def test_resume_after_pause_and_crash_gives_identical_losses(tmp_path, corpus_di
     cut = _cfg(tmp_path, corpus_dir, "cut", ckpt_every=3, diag_every=2, capture_steps=(5,))
     assert train(cut, stop_at=2, corpus=corpus).status == "paused" and run_status(cut.out) == "partial"
 
-    def crash(tokens, seed, step, batch, seq_len):
+    def crash(tokens, seed, step, batch, seq_len, order=0):
         if step == 5:
             raise KeyboardInterrupt
-        return data.train_batch(tokens, seed, step, batch, seq_len)
+        return data.train_batch(tokens, seed, step, batch, seq_len, order)
 
     monkeypatch.setattr(train_mod, "train_batch", crash)
     with pytest.raises(KeyboardInterrupt):

@@ -10,8 +10,18 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
 * paired difference of recipes A and B (e.g. ufp4 minus e2m1-ref) per seed: ``d = gap_A - gap_B`` in percentage
   points, with mean and SE over the seeds that have both (same batches and initial weights per seed).
 
+Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl``, ``fp4lab.study.pack``)
+under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the recipe's name). The
+summary refuses (one-line ``InputError``) runs of more than one code version or corpus fingerprint (pass
+``code_version`` to keep one version), and a run found twice (same size, label, seed and replica): a rerun never
+replaces a result silently. Two runs are paired when their identities agree except for the recipe and
+``data_order`` (the negative control differs from its baseline only in the data order). Repeats (``replica`` 1)
+stay out of the gaps; ``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for
+bit.
+
 Files written into ``dest``: ``runs.csv``, ``gaps.csv``, ``paired.csv``, ``alpha.csv`` (per run, the last
-diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``summary.json`` (all of it,
+diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``repeats.csv``,
+``summary.json`` (all of it,
 with notes on runs left out), ``summary.md`` (tables) and, with matplotlib, ``loss_curves.png`` and
 ``gap_vs_size.png`` (``fp4lab.study.plots``).
 """
@@ -27,21 +37,24 @@ from pathlib import Path
 from typing import Any
 
 from fp4lab.errors import InputError
-from fp4lab.study.logs import read_csv, write_csv, write_json
+from fp4lab.study import pack
+from fp4lab.study.logs import read_csv, write_csv, write_json, write_text
 
 METRICS: tuple[str, ...] = ("train", "heldout")
-RUN_COLUMNS = ("size", "recipe", "seed", "status", "params", "steps", "tokens", "final_train", "final_heldout",
+RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train", "final_heldout",
                "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "se", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
+REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
+UNPAIRED_FIELDS = frozenset({"recipe_toml", "data_order"})
 
 
 @dataclass
 class RunLog:
     """A run folder's configuration and evaluation rows."""
 
-    folder: Path
+    folder: str | Path            # a run folder, or ``<runs.jsonl>:<line>`` of a packed run
     size: str
     recipe: str
     seed: int
@@ -50,6 +63,17 @@ class RunLog:
     identity: dict[str, Any]
     rows: list[dict[str, Any]]
     elapsed_s: float | None
+    alpha: list[dict[str, Any]]   # alpha.csv rows of the last diagnostic step
+    replica: int = 0
+    status: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return self.size, self.recipe, self.seed, self.replica
+
+    @property
+    def code_version(self) -> str:
+        return str(self.identity.get("code_version", "unknown"))
 
     def loss(self, metric: str) -> list[float]:
         return [float(r[f"{metric}_loss"]) for r in self.rows]
@@ -58,21 +82,68 @@ class RunLog:
         return [int(r["step"]) for r in self.rows]
 
 
-def load_runs(root: str | Path) -> list[RunLog]:
-    """Every run folder (one with ``config.json``) under ``root``, sorted by folder."""
+def _run_log(where: str | Path, cfg: Any, ident: Any, params: Any, done: Any, rows: Any, alpha: Any,
+             status: str) -> RunLog:
+    """A RunLog from a run's parts, checked (InputError naming ``where``)."""
+    try:
+        name = cfg.get("label") or tomllib.loads(ident["recipe_toml"])["name"]
+        log = RunLog(where, str(cfg["size"]), str(name), int(cfg["seed"]), isinstance(done, dict), int(params or 0),
+                     ident, list(rows), None if not isinstance(done, dict) else done.get("elapsed_s"), list(alpha),
+                     int(cfg.get("replica", 0)), status)
+        for r in log.rows:
+            int(r["step"]), float(r["train_loss"]), float(r["heldout_loss"]), int(r["tokens"])
+    except (KeyError, TypeError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"summarize: {where} is not a run's record ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:80] if str(exc) else ''})") from None
+    return log
+
+
+def _folder_run(cfg_path: Path) -> RunLog:
+    folder = cfg_path.parent
+    try:
+        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
+        done = json.loads((folder / "done.json").read_text(encoding="utf-8")) \
+            if (folder / "done.json").is_file() else None
+    except (ValueError, RecursionError, OSError) as exc:
+        raise InputError(f"summarize: {folder}: unreadable config.json or done.json ({type(exc).__name__})") \
+            from None
+    if not isinstance(meta, dict):
+        raise InputError(f"summarize: {cfg_path} is not a run's config.json")
+    alpha = read_csv(folder / "alpha.csv", drop_incomplete=True)
+    last = max((r["step"] for r in alpha), default=None)
+    status = "done" if done is not None else "diverged" if (folder / "diverged.json").is_file() else "partial"
+    return _run_log(folder, meta.get("config"), meta.get("identity"), meta.get("params"), done,
+                    read_csv(folder / "metrics.csv"), [r for r in alpha if r["step"] == last], status)
+
+
+def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]:
+    """Every run folder (one with ``config.json``) and packed run (``runs.jsonl``) under ``root``, sorted by
+    where they were found; only those of ``code_version`` if given. InputError for a run found twice and for runs
+    of several code versions or corpora (module docstring)."""
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"summarize: {base} is not a directory")
-    runs = []
-    for cfg_path in sorted(base.rglob("config.json")):
-        folder = cfg_path.parent
-        meta = json.loads(cfg_path.read_text())
-        cfg, ident = meta["config"], meta["identity"]
-        done_path = folder / "done.json"
-        done = json.loads(done_path.read_text()) if done_path.is_file() else None
-        runs.append(RunLog(folder, cfg["size"], tomllib.loads(ident["recipe_toml"])["name"], int(cfg["seed"]),
-                           done is not None, int(meta.get("params", 0)), ident, read_csv(folder / "metrics.csv"),
-                           None if done is None else done.get("elapsed_s")))
+    runs = [_folder_run(p) for p in sorted(base.rglob("config.json"))]
+    for where, rec in pack.load_packs(base):
+        runs.append(_run_log(where, rec["config"], rec["identity"], rec.get("params"), rec.get("done"), rec["rows"],
+                             rec.get("alpha") or [], str(rec["status"])))
+    if code_version is not None:
+        runs = [r for r in runs if r.code_version == code_version]
+    seen: dict[tuple, RunLog] = {}
+    for r in runs:
+        if r.key in seen:
+            raise InputError(f"summarize: {r.size}/{r.recipe}/seed{r.seed} is in both {seen[r.key].folder} and "
+                             f"{r.folder}; keep one (a rerun never replaces a result silently)")
+        seen[r.key] = r
+    for what, of in (("code versions", lambda r: r.code_version),
+                     ("corpora", lambda r: str(r.identity.get("corpus_fingerprint")))):
+        groups: dict[str, int] = defaultdict(int)
+        for r in runs:
+            groups[of(r)] += 1
+        if len(groups) > 1:
+            shown = ", ".join(f"{k} ({n} runs)" for k, n in sorted(groups.items()))
+            raise InputError(f"summarize: the runs under {base} come from {len(groups)} {what}: {shown}; "
+                             "summarize one at a time" + (" (--code-version)" if what == "code versions" else ""))
     return runs
 
 
@@ -103,16 +174,19 @@ def relative_gap(run: RunLog, base: RunLog, metric: str, window: float) -> float
 
 
 def _comparable(run: RunLog, base: RunLog) -> bool:
-    return {k: v for k, v in run.identity.items() if k != "recipe_toml"} == \
-        {k: v for k, v in base.identity.items() if k != "recipe_toml"}
+    return {k: v for k, v in run.identity.items() if k not in UNPAIRED_FIELDS} == \
+        {k: v for k, v in base.identity.items() if k not in UNPAIRED_FIELDS}
 
 
 def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dict, list[str]]:
-    """({(size, recipe, seed, metric): gap}, notes) over the finished runs that have a comparable baseline."""
-    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done}
+    """({(size, recipe, seed, metric): gap}, notes) over the finished runs (not repeats) that have a comparable
+    baseline."""
+    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done and not r.replica}
     out, notes = {}, []
     for r in runs:
-        if not r.done or r.recipe == baseline:
+        if r.status == "diverged":
+            notes.append(f"{r.folder}: diverged")
+        if not r.done or r.recipe == baseline or r.replica:
             continue
         b = base.get((r.size, r.seed))
         if b is None:
@@ -125,8 +199,24 @@ def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dic
     return out, notes
 
 
+def repeats(runs: list[RunLog]) -> list[dict[str, Any]]:
+    """Per finished repeat (replica 1) with its finished run: whether every logged train and held-out loss is
+    equal bit for bit, and the largest absolute difference."""
+    by = {r.key: r for r in runs if r.done}
+    out = []
+    for r in runs:
+        first = by.get((r.size, r.recipe, r.seed, 0))
+        if not r.replica or not r.done or first is None:
+            continue
+        pairs = [(float(a[f"{m}_loss"]), float(b[f"{m}_loss"])) for a, b in zip(r.rows, first.rows) for m in METRICS]
+        same = r.steps() == first.steps() and all(a == b for a, b in pairs)
+        out.append({"size": r.size, "recipe": r.recipe, "seed": r.seed, "rows": len(r.rows), "identical": same,
+                    "max_abs_diff": max((abs(a - b) for a, b in pairs), default=math.nan)})
+    return out
+
+
 def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
-    rows = read_csv(run.folder / "alpha.csv")
+    rows = run.alpha
     if not rows:
         return []
     last = max(int(r["step"]) for r in rows)
@@ -139,21 +229,26 @@ def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
 
 
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
-              pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True) -> dict[str, Any]:
+              pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
+              code_version: str | None = None) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
     if not 0 < window <= 1:
         raise InputError(f"summarize: window = {window}; it must be in (0, 1]")
-    runs = load_runs(root)
+    runs = load_runs(root, code_version)
     if not runs:
-        raise InputError(f"summarize: no run folders (config.json) under {root}")
+        raise InputError(f"summarize: no run folders (config.json) or packed runs (runs.jsonl) under {root}")
     out = Path(dest)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"summarize: cannot create {out}: {exc.strerror}") from None
     gap, notes = gaps(runs, window, baseline)
     params = {r.size: r.params for r in runs}
     run_rows = []
     for r in runs:
         k = window_size(len(r.rows), window)
-        row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "status": "done" if r.done else "partial",
+        row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "replica": r.replica,
+               "status": "done" if r.done else (r.status or "partial"),
                "params": r.params, "steps": r.rows[-1]["step"] if r.rows else 0,
                "tokens": r.rows[-1]["tokens"] if r.rows else 0, "elapsed_s": r.elapsed_s, "folder": str(r.folder)}
         for m in METRICS:
@@ -188,10 +283,12 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     write_csv(out / "gaps.csv", GAP_COLUMNS, gap_rows)
     write_csv(out / "paired.csv", PAIR_COLUMNS, pair_rows)
     write_csv(out / "alpha.csv", ALPHA_COLUMNS, alpha_rows)
-    summary = {"window": window, "baseline": baseline, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
-               "alpha": alpha_rows, "notes": notes}
+    repeat_rows = repeats(runs)
+    write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
+    summary = {"window": window, "baseline": baseline, "code_version": runs[0].code_version, "runs": run_rows,
+               "gaps": gap_rows, "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
-    (out / "summary.md").write_text(markdown(summary))
+    write_text(out / "summary.md", markdown(summary))
     if plots:
         from fp4lab.study import plots as plotting
 
@@ -218,6 +315,11 @@ def markdown(summary: dict[str, Any]) -> str:
     for p in summary["paired"]:
         lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
                      f"{p['diffs']} |")
+    if summary["repeats"]:
+        lines += ["", "Repeated runs (bit-identity check).", "", "| size | recipe | seed | rows | identical | "
+                  "max abs diff |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['size']} | {r['recipe']} | {r['seed']} | {r['rows']} | {r['identical']} | "
+                  f"{r['max_abs_diff']:.3g} |" for r in summary["repeats"]]
     if summary["notes"]:
         lines += ["", "Left out:", ""] + [f"- {n}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"
