@@ -71,13 +71,13 @@ TRAIN_ARGS: tuple[tuple[str, Any, str], ...] = (
     ("capture_layers", _strs, "comma-separated fnmatch patterns of layers to capture (default blocks.0.*)"),
     ("capture_rows", int, "token rows of X and dY saved per capture, 0 = all (default 1024)"),
     ("ckpt_every", int, "steps between checkpoints (default 500)"),
-    ("corpus", str, "python-packages (every *.py under this Python's site-packages) or a text folder (default: "
-                    "the standard library of this Python)"),
+    ("corpus", str, ("python-packages (every *.py under this Python's site-packages) or a text folder (default: "
+                     "the standard library of this Python)")),
     ("corpus_glob", str, "file-name pattern of the corpus (default *.py for the stdlib, else *)"),
     ("heldout_every", int, "hold out 1 file in this many (default 20)"),
     ("device", str, "auto, cpu or cuda[:i] (default auto)"),
-    ("data_order", int, "order of the training batches, 0 = the seed's own (default 0; another value: the negative "
-                        "control)"),
+    ("data_order", int, ("order of the training batches, 0 = the seed's own (default 0; another value: the "
+                         "negative control)")),
     ("label", str, "the run's name in summaries (default: the recipe's name)"),
 )
 MODEL_ARGS: tuple[tuple[str, str], ...] = (

@@ -38,9 +38,9 @@ _STUDY_SIZES = f"""
 {_S2M}
 steps = 4560
 lr = 2e-3                    # from lr_sweep.toml
-[sizes.s3m]                  # 3.34M parameters; 4080 steps = 66.8M tokens = 20 tokens per parameter
+[sizes.s3m]                  # 3.34M parameters; 4100 steps = 67.2M tokens = 20 tokens per parameter
 {_S3M}
-steps = 4080
+steps = 4100
 lr = 2e-3                    # from lr_sweep.toml
 """
 

@@ -28,8 +28,8 @@ import torch
 
 import fp4lab
 from fp4lab.analysis import metrics
-from fp4lab.study.logs import write_with
 from fp4lab.recipes.linear import QuantLinear
+from fp4lab.study.logs import write_with
 
 USES: dict[str, tuple[tuple[str, str], ...]] = {
     "x": (("fprop", "k"), ("wgrad", "m")),

@@ -41,8 +41,8 @@ from fp4lab.study import pack
 from fp4lab.study.logs import read_csv, write_csv, write_json, write_text
 
 METRICS: tuple[str, ...] = ("train", "heldout")
-RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train", "final_heldout",
-               "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
+RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
+               "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "se", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")

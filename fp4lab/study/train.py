@@ -521,7 +521,8 @@ def deterministic_algorithms(on: bool):
         yield
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    prev, prev_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    prev = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         yield
