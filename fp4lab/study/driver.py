@@ -164,9 +164,12 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> list[Run]:
     if isinstance(corpus, str) and corpus != PYTHON_PACKAGES:
         common["corpus"] = str(base / corpus)
     sizes = _table(plan.get("sizes", {}), f"{where}: sizes")
+    known = set(TrainConfig.__dataclass_fields__)
     for size, fields in sizes.items():
         check_label(size, f"plan: {where}: size")
-        _table(fields, f"{where}: sizes.{size}")
+        unknown = set(_table(fields, f"{where}: sizes.{size}")) - known
+        if unknown:
+            raise InputError(f"plan: {where}: sizes.{size}: unknown field(s) {', '.join(sorted(unknown))[:200]}")
     groups = plan.get("runs", [])
     if not isinstance(groups, list):
         raise InputError(f"plan: {where}: runs must be a list of [[runs]] tables")
