@@ -299,7 +299,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     dest = args.dest or str(Path(args.root) / "summary")
     s = summarize(args.root, dest, window=args.window, baseline=args.baseline,
                   pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots,
-                  code_version=args.code_version)
+                  code_version=args.code_version, window_steps=args.window_steps or None)
     print((Path(dest) / "summary.md").read_text(), end="")
     print(f"{len(s['runs'])} runs; files in {dest}")
     return 0
@@ -393,6 +393,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dest", help="output folder (default ROOT/summary)")
     p.add_argument("--window", type=float, default=0.1, help="final window: this fraction of the evaluations "
                    "(default 0.1)")
+    p.add_argument("--window-steps", type=int, default=1000, help="at most the evaluations of the final this many "
+                   "steps, 0 = no cap (default 1000: the paper's final 1000 steps, or 10%% if shorter)")
     p.add_argument("--baseline", default="bf16", help="baseline recipe name (default bf16)")
     p.add_argument("--pair", type=_pair, action="append", metavar="A:B",
                    help="paired difference A − B per seed (repeatable; default ufp4:e2m1-ref)")

@@ -764,3 +764,12 @@ def test_a_run_records_code_version_and_determinism(tmp_path, corpus_dir, corpus
     assert json.loads(Path(det.out, "done.json").read_text())["deterministic"] is True
     assert json.loads(Path(det.out, "config.json").read_text())["identity"]["code_version"] == code_version()
     assert re.fullmatch(r"\d+\.\d+\.\d+\+[0-9a-f]{12}", code_version())
+
+
+def test_final_window_is_the_papers():
+    """The final 1000 steps, or the final 10% of the evaluations if that is shorter."""
+    steps = list(range(50, 20001, 50))  # 400 evaluations, 20000 steps: 10% = 2000 steps > 1000
+    assert summary.window_size(len(steps), 0.1, steps, 1000) == 20
+    short = list(range(50, 4601, 50))  # 92 evaluations: 10% = 10 of them (500 steps) < 1000 steps
+    assert summary.window_size(len(short), 0.1, short, 1000) == 10
+    assert summary.window_size(len(steps), 0.1, steps, None) == 40

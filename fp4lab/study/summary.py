@@ -2,7 +2,9 @@
 
 Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.csv``):
 
-* final window: the last ``ceil(window * n)`` of a run's ``n`` evaluations (at least one; ``window = 0.1``);
+* final window: the last ``ceil(window * n)`` of a run's ``n`` evaluations (at least one; ``window = 0.1``), and
+  at most those that end within the final ``window_steps`` steps (default 1000): the paper's window, the final
+  1000 steps or the final 10% of the run if that is shorter;
 * relative gap of a finished run to the finished baseline run (bf16) of the same size and seed, whose
   configuration agrees except for the recipe: ``gap = 100 * mean over the window of (L_run - L_bf16) / L_bf16``
   (the two runs evaluate at the same steps);
@@ -147,9 +149,14 @@ def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]
     return runs
 
 
-def window_size(n: int, window: float) -> int:
-    """Evaluations in the final window of a run with ``n`` of them."""
-    return max(1, math.ceil(window * n)) if n else 0
+def window_size(n: int, window: float, steps: list[int] | None = None, window_steps: int | None = None) -> int:
+    """Evaluations in the final window of a run with ``n`` of them (logged at ``steps``; module docstring)."""
+    if not n:
+        return 0
+    k = max(1, math.ceil(window * n))
+    if steps and window_steps is not None:
+        k = min(k, max(1, sum(1 for s in steps if s > steps[-1] - window_steps)))
+    return k
 
 
 def mean_se(values: list[float]) -> tuple[float, float, int]:
@@ -164,9 +171,9 @@ def mean_se(values: list[float]) -> tuple[float, float, int]:
     return m, math.sqrt(var / n), n
 
 
-def relative_gap(run: RunLog, base: RunLog, metric: str, window: float) -> float:
+def relative_gap(run: RunLog, base: RunLog, metric: str, window: float, window_steps: int | None = None) -> float:
     """``100 * mean over the final window of (L_run - L_base) / L_base`` (module docstring)."""
-    k = window_size(len(run.rows), window)
+    k = window_size(len(run.rows), window, run.steps(), window_steps)
     if run.steps() != base.steps() or k == 0:
         raise InputError(f"summarize: {run.folder} and {base.folder} evaluate at different steps")
     a, b = run.loss(metric)[-k:], base.loss(metric)[-k:]
@@ -178,7 +185,8 @@ def _comparable(run: RunLog, base: RunLog) -> bool:
         {k: v for k, v in base.identity.items() if k not in UNPAIRED_FIELDS}
 
 
-def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dict, list[str]]:
+def gaps(runs: list[RunLog], window: float, baseline: str = "bf16",
+         window_steps: int | None = None) -> tuple[dict, list[str]]:
     """({(size, recipe, seed, metric): gap}, notes) over the finished runs (not repeats) that have a comparable
     baseline."""
     base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done and not r.replica}
@@ -195,7 +203,7 @@ def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dic
             notes.append(f"{r.folder}: its settings differ from {b.folder} beyond the recipe; not paired")
         else:
             for m in METRICS:
-                out[(r.size, r.recipe, r.seed, m)] = relative_gap(r, b, m, window)
+                out[(r.size, r.recipe, r.seed, m)] = relative_gap(r, b, m, window, window_steps)
     return out, notes
 
 
@@ -230,10 +238,12 @@ def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
 
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
               pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
-              code_version: str | None = None) -> dict[str, Any]:
+              code_version: str | None = None, window_steps: int | None = 1000) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
     if not 0 < window <= 1:
         raise InputError(f"summarize: window = {window}; it must be in (0, 1]")
+    if window_steps is not None and window_steps < 1:
+        raise InputError(f"summarize: window_steps = {window_steps}; it must be at least 1")
     runs = load_runs(root, code_version)
     if not runs:
         raise InputError(f"summarize: no run folders (config.json) or packed runs (runs.jsonl) under {root}")
@@ -242,11 +252,11 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"summarize: cannot create {out}: {exc.strerror}") from None
-    gap, notes = gaps(runs, window, baseline)
+    gap, notes = gaps(runs, window, baseline, window_steps)
     params = {r.size: r.params for r in runs}
     run_rows = []
     for r in runs:
-        k = window_size(len(r.rows), window)
+        k = window_size(len(r.rows), window, r.steps(), window_steps)
         row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "replica": r.replica,
                "status": "done" if r.done else (r.status or "partial"),
                "params": r.params, "steps": r.rows[-1]["step"] if r.rows else 0,
@@ -285,8 +295,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     write_csv(out / "alpha.csv", ALPHA_COLUMNS, alpha_rows)
     repeat_rows = repeats(runs)
     write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
-    summary = {"window": window, "baseline": baseline, "code_version": runs[0].code_version, "runs": run_rows,
-               "gaps": gap_rows, "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
+    summary = {"window": window, "window_steps": window_steps, "baseline": baseline,
+               "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", markdown(summary))
     if plots:
@@ -303,8 +313,9 @@ def _pm(mean: float, se: float) -> str:
 
 def markdown(summary: dict[str, Any]) -> str:
     """Tables of the gaps and the paired differences."""
-    lines = [f"Relative loss gap to {summary['baseline']} (%), final {100 * summary['window']:g}% of evaluations, "
-             "mean ± SE over seeds.", "", "| size | recipe | n | train | held-out |", "|---|---|---|---|---|"]
+    cap = f" (at most the final {summary['window_steps']} steps)" if summary.get("window_steps") else ""
+    lines = [f"Relative loss gap to {summary['baseline']} (%), final {100 * summary['window']:g}% of evaluations"
+             f"{cap}, mean ± SE over seeds.", "", "| size | recipe | n | train | held-out |", "|---|---|---|---|---|"]
     cell = {(g["size"], g["recipe"], g["metric"]): g for g in summary["gaps"]}
     for size, recipe in sorted({(g["size"], g["recipe"]) for g in summary["gaps"]},
                                key=lambda k: (cell[(k[0], k[1], "train")]["params"], k[1])):
