@@ -296,7 +296,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     repeat_rows = repeats(runs)
     write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
     summary = {"window": window, "window_steps": window_steps, "baseline": baseline,
-               "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
+               "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
+               "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", markdown(summary))
     if plots:
