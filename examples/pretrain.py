@@ -299,7 +299,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     dest = args.dest or str(Path(args.root) / "summary")
     s = summarize(args.root, dest, window=args.window, baseline=args.baseline,
                   pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots,
-                  code_version=args.code_version, window_steps=args.window_steps or None)
+                  code_version=args.code_version, window_steps=args.window_steps or None, delta=args.delta,
+                  alpha=args.alpha)
     print((Path(dest) / "summary.md").read_text(), end="")
     print(f"{len(s['runs'])} runs; files in {dest}")
     return 0
@@ -399,6 +400,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pair", type=_pair, action="append", metavar="A:B",
                    help="paired difference A − B per seed (repeatable; default ufp4:e2m1-ref)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--delta", type=float, default=0.3, help="difference in points that seeds_needed is sized for "
+                   "(default 0.3)")
+    p.add_argument("--alpha", type=float, default=0.05, help="test level of seeds_needed, e.g. 0.05/8 for the first "
+                   "step of Holm's correction over 8 tests (default 0.05)")
     p.add_argument("--code-version", help="only the runs of this code version (runs of several versions are "
                    "otherwise an error)")
     p.set_defaults(func=cmd_summarize)

@@ -773,3 +773,13 @@ def test_final_window_is_the_papers():
     short = list(range(50, 4601, 50))  # 92 evaluations: 10% = 10 of them (500 steps) < 1000 steps
     assert summary.window_size(len(short), 0.1, short, 1000) == 10
     assert summary.window_size(len(steps), 0.1, steps, None) == 40
+
+
+def test_seeds_needed_matches_the_exact_paired_t_test():
+    """Exact sample sizes of the two-sided paired t-test at 80% power (noncentral t; e.g. G*Power): effect
+    size 1 -> 10 pairs, 0.5 -> 34, 0.25 -> 128 at level 0.05."""
+    assert summary.seeds_needed(0.3, 0.3) == 10
+    assert summary.seeds_needed(0.6, 0.3) == 34
+    assert summary.seeds_needed(1.2, 0.3) == 128
+    assert summary.seeds_needed(0.3, 0.3, alpha=0.05 / 8) > summary.seeds_needed(0.3, 0.3)
+    assert summary.seeds_needed(float("nan")) is None

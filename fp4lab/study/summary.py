@@ -10,7 +10,9 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
   (the two runs evaluate at the same steps);
 * per (size, recipe): mean and standard error ``SE = sd / sqrt(n)`` (sd with n - 1) of the gap over seeds;
 * paired difference of recipes A and B (e.g. ufp4 minus e2m1-ref) per seed: ``d = gap_A - gap_B`` in percentage
-  points, with mean and SE over the seeds that have both (same batches and initial weights per seed).
+  points, with mean, sd and SE over the seeds that have both (same batches and initial weights per seed), and
+  ``seeds_needed``: the paired seeds for a two-sided paired t-test at level ``alpha`` to detect a difference of
+  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``).
 
 Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl``, ``fp4lab.study.pack``)
 under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the recipe's name). The
@@ -36,6 +38,7 @@ import tomllib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from fp4lab.errors import InputError
@@ -45,8 +48,8 @@ from fp4lab.study.logs import read_csv, write_csv, write_json, write_text
 METRICS: tuple[str, ...] = ("train", "heldout")
 RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
                "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
-GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "se")
-PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "se", "seeds", "diffs")
+GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
+PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "seeds_needed", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
 REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
 UNPAIRED_FIELDS = frozenset({"recipe_toml", "data_order"})
@@ -171,6 +174,17 @@ def mean_se(values: list[float]) -> tuple[float, float, int]:
     return m, math.sqrt(var / n), n
 
 
+def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """Paired seeds for a two-sided paired t-test at level ``alpha`` to detect ``delta`` with probability ``power``
+    when the per-seed differences have standard deviation ``sd``: Guenther's (1981) correction of the normal
+    approximation, ``n = ceil(((z(1 - alpha/2) + z(power)) * sd / delta)^2 + z(1 - alpha/2)^2 / 2)``, at least 2
+    (None for an sd that is not finite)."""
+    if not math.isfinite(sd) or not delta > 0 or not 0 < alpha < 1 or not 0 < power < 1:
+        return None
+    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    return max(2, math.ceil(((za + zb) * sd / delta) ** 2 + za * za / 2))
+
+
 def relative_gap(run: RunLog, base: RunLog, metric: str, window: float, window_steps: int | None = None) -> float:
     """``100 * mean over the final window of (L_run - L_base) / L_base`` (module docstring)."""
     k = window_size(len(run.rows), window, run.steps(), window_steps)
@@ -238,7 +252,8 @@ def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
 
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
               pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
-              code_version: str | None = None, window_steps: int | None = 1000) -> dict[str, Any]:
+              code_version: str | None = None, window_steps: int | None = 1000, delta: float = 0.3,
+              alpha: float = 0.05) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
     if not 0 < window <= 1:
         raise InputError(f"summarize: window = {window}; it must be in (0, 1]")
@@ -274,7 +289,7 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     for (size, recipe, m), per_seed in sorted(by.items()):
         mean, se, n = mean_se(list(per_seed.values()))
         gap_rows.append({"size": size, "params": params[size], "recipe": recipe, "metric": m, "n": n, "mean": mean,
-                         "se": se})
+                         "sd": se * math.sqrt(n), "se": se})
     pair_rows = []
     for a, b in pairs:
         for size in sorted({s for s, _, _ in by}, key=lambda s: params[s]):
@@ -285,8 +300,10 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                     continue
                 diffs = [ga[s] - gb[s] for s in seeds]
                 mean, se, n = mean_se(diffs)
+                sd = se * math.sqrt(n)
                 pair_rows.append({"size": size, "params": params[size], "a": a, "b": b, "metric": m, "n": n,
-                                  "mean": mean, "se": se, "seeds": " ".join(map(str, seeds)),
+                                  "mean": mean, "sd": sd, "se": se, "seeds_needed": seeds_needed(sd, delta, alpha),
+                                  "seeds": " ".join(map(str, seeds)),
                                   "diffs": " ".join(f"{d:.6g}" for d in diffs)})
     alpha_rows = [row for r in runs if r.done for row in _alpha_rows(r)]
     write_csv(out / "runs.csv", RUN_COLUMNS, run_rows)
@@ -295,8 +312,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     write_csv(out / "alpha.csv", ALPHA_COLUMNS, alpha_rows)
     repeat_rows = repeats(runs)
     write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
-    summary = {"window": window, "window_steps": window_steps, "baseline": baseline,
-               "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
+    summary = {"window": window, "window_steps": window_steps, "baseline": baseline, "delta": delta,
+               "alpha": alpha, "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
                "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", markdown(summary))
@@ -322,10 +339,13 @@ def markdown(summary: dict[str, Any]) -> str:
                                key=lambda k: (cell[(k[0], k[1], "train")]["params"], k[1])):
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
         lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | {_pm(h['mean'], h['se'])} |")
-    lines += ["", "Paired differences per seed (percentage points), mean ± SE.", "",
-              "| size | A − B | metric | n | mean ± SE | per seed |", "|---|---|---|---|---|---|"]
+    lines += ["", f"Paired differences per seed (percentage points), mean ± SE, sd, and the seeds a paired t-test "
+              f"needs for 80% power at {summary.get('delta', 0.3):g} points, level {summary.get('alpha', 0.05):g}.",
+              "", "| size | A − B | metric | n | mean ± SE | sd | seeds needed | per seed |",
+              "|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
         lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
+                     f"{p['sd']:.3g} | {p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | "
                      f"{p['diffs']} |")
     if summary["repeats"]:
         lines += ["", "Repeated runs (bit-identity check).", "", "| size | recipe | seed | rows | identical | "
