@@ -313,8 +313,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     repeat_rows = repeats(runs)
     write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
     summary = {"window": window, "window_steps": window_steps, "baseline": baseline, "delta": delta,
-               "alpha": alpha, "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
-               "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
+               "test_level": alpha, "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows,
+               "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", markdown(summary))
     if plots:
@@ -340,7 +340,7 @@ def markdown(summary: dict[str, Any]) -> str:
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
         lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | {_pm(h['mean'], h['se'])} |")
     lines += ["", f"Paired differences per seed (percentage points), mean ± SE, sd, and the seeds a paired t-test "
-              f"needs for 80% power at {summary.get('delta', 0.3):g} points, level {summary.get('alpha', 0.05):g}.",
+              f"needs for 80% power at {summary.get('delta', 0.3):g} points, level {summary.get('test_level', 0.05):g}.",
               "", "| size | A − B | metric | n | mean ± SE | sd | seeds needed | per seed |",
               "|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
