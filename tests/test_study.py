@@ -663,6 +663,7 @@ def test_pack_a_slice_and_run_only_what_is_missing(tmp_path, corpus_dir):
     assert all("seed1" in line for line in said) and not Path(fresh[0].cfg.out).exists()
     a = summary.summarize(tmp_path / "runs", tmp_path / "s1", pairs=(("ufp4", "bf16"),), plots=False)
     b = summary.summarize(tmp_path / "packs", tmp_path / "s2", pairs=(("ufp4", "bf16"),), plots=False)
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("s1", "s2"))
     assert a["gaps"] == b["gaps"] and a["paired"] == b["paired"] and len(a["gaps"]) == 2
 
 

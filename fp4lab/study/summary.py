@@ -338,7 +338,8 @@ def markdown(summary: dict[str, Any]) -> str:
     for size, recipe in sorted({(g["size"], g["recipe"]) for g in summary["gaps"]},
                                key=lambda k: (cell[(k[0], k[1], "train")]["params"], k[1])):
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
-        lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | {_pm(h['mean'], h['se'])} |")
+        lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | "
+                     f"{_pm(h['mean'], h['se'])} |")
     lines += ["", f"Paired differences per seed (percentage points), mean ± SE, sd, and the seeds a paired t-test "
               f"needs for 80% power at {summary.get('delta', 0.3):g} points, level {summary.get('test_level', 0.05):g}.",
               "", "| size | A − B | metric | n | mean ± SE | sd | seeds needed | per seed |",
