@@ -340,8 +340,9 @@ def markdown(summary: dict[str, Any]) -> str:
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
         lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | "
                      f"{_pm(h['mean'], h['se'])} |")
-    lines += ["", f"Paired differences per seed (percentage points), mean ± SE, sd, and the seeds a paired t-test "
-              f"needs for 80% power at {summary.get('delta', 0.3):g} points, level {summary.get('test_level', 0.05):g}.",
+    lines += ["", "Paired differences per seed (percentage points), mean ± SE, sd, and the seeds a paired t-test "
+              f"needs for 80% power at {summary.get('delta', 0.3):g} points, "
+              f"level {summary.get('test_level', 0.05):g}.",
               "", "| size | A − B | metric | n | mean ± SE | sd | seeds needed | per seed |",
               "|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
