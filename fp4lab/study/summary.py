@@ -23,7 +23,8 @@ replaces a result silently. Two runs are paired when their identities agree exce
 stay out of the gaps; ``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for
 bit.
 
-Files written into ``dest``: ``runs.csv``, ``gaps.csv``, ``paired.csv``, ``alpha.csv`` (per run, the last
+Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean training throughput of a run's
+evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``, ``alpha.csv`` (per run, the last
 diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``repeats.csv``,
 ``summary.json`` (all of it,
 with notes on runs left out), ``summary.md`` (tables) and, with matplotlib, ``loss_curves.png`` and
@@ -47,7 +48,8 @@ from fp4lab.study.logs import read_csv, write_csv, write_json, write_text
 
 METRICS: tuple[str, ...] = ("train", "heldout")
 RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
-               "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
+               "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "tokens_per_s", "elapsed_s",
+               "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "seeds_needed", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
@@ -272,7 +274,9 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     run_rows = []
     for r in runs:
         k = window_size(len(r.rows), window, r.steps(), window_steps)
+        speeds = [float(x["tokens_per_s"]) for x in r.rows[1:]]  # the first interval holds compilation
         row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "replica": r.replica,
+               "tokens_per_s": sum(speeds) / len(speeds) if speeds else None,
                "status": "done" if r.done else (r.status or "partial"),
                "params": r.params, "steps": r.rows[-1]["step"] if r.rows else 0,
                "tokens": r.rows[-1]["tokens"] if r.rows else 0, "elapsed_s": r.elapsed_s, "folder": str(r.folder)}
