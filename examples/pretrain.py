@@ -360,10 +360,11 @@ def parser() -> argparse.ArgumentParser:
     _parallel_args(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("init", help="write the default study plan and its recipe files",
-                       description="Write FOLDER/plan.toml (sizes, recipes, seeds, ablations) and FOLDER/recipes/.")
+    p = sub.add_parser("init", help="write the study's plans and recipe files",
+                       description="Write the study's plans (FOLDER/pilot.toml, lr_sweep.toml, plan.toml) and its "
+                       "recipe files (FOLDER/recipes/); nothing if any of them exists, unless --force.")
     p.add_argument("folder")
-    p.add_argument("--force", action="store_true", help="overwrite an existing plan")
+    p.add_argument("--force", action="store_true", help="overwrite existing plans and recipe files")
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("study", help="run the plan's missing runs (resume partial ones) within a time budget",

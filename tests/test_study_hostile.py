@@ -393,3 +393,21 @@ def test_study_procs_children(tmp_path, corpus_dir):
 
 def test_errors_are_fp4lab_errors():
     assert issubclass(DivergedError, Fp4labError)
+
+
+def test_summarize_on_corrupt_run_folders(tmp_path, corpus_dir, corpus):
+    cfg = _cfg(tmp_path, corpus_dir, diag_every=2)
+    train(cfg, corpus=corpus)
+    run = Path(cfg.out)
+    (run / "alpha.csv").write_text("step,layer,operand,gemm,alpha,sqnr_db\nx,l,x,fprop,zz,1\n2,l,x,fprop,0.9,1\n")
+    s = summary.summarize(tmp_path, tmp_path / "s1", plots=False)  # bad rows left out, the good one kept
+    assert len(s["runs"]) == 1
+    (run / "metrics.csv").write_text("step,tokens,train_loss,heldout_loss,lr,tokens_per_s,elapsed_s\n2,4,abc,1,1,1,1\n")
+    with pytest.raises(InputError, match="not a run's record"):
+        summary.summarize(tmp_path, tmp_path / "s2", plots=False)
+    (run / "metrics.csv").write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(InputError, match="not a readable CSV log"):
+        summary.summarize(tmp_path, tmp_path / "s3", plots=False)
+    (run / "config.json").write_text("{")
+    with pytest.raises(InputError, match="unreadable config.json"):
+        summary.summarize(tmp_path, tmp_path / "s4", plots=False)

@@ -52,6 +52,12 @@ def read_csv(path: str | Path, drop_incomplete: bool = False) -> list[dict[str, 
     return rows
 
 
+def last_step_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the largest integer ``step`` (rows whose step is not an integer are left out)."""
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+    return [r for r in rows if steps and r.get("step") == max(steps)]
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically (module docstring)."""
     return write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fp4lab.errors import InputError, OutputError
-from fp4lab.study.logs import finite_json, read_csv, write_text
+from fp4lab.study.logs import finite_json, last_step_rows, read_csv, write_text
 from fp4lab.study.runfolder import code_version
 from fp4lab.study.train import RUNTIME_FIELDS, run_status
 
@@ -37,14 +37,6 @@ def _json(path: Path) -> Any:
         raise InputError(f"pack: {path} is not readable JSON ({str(exc).splitlines()[0][:100]})") from None
 
 
-def _last_alpha(folder: Path) -> list[dict[str, Any]]:
-    rows = read_csv(folder / "alpha.csv", drop_incomplete=True)
-    if not rows:
-        return []
-    last = max(r["step"] for r in rows)
-    return [r for r in rows if r["step"] == last]
-
-
 def record(run: Any, status: str) -> dict[str, Any] | None:
     """The packed record of a planned run (``driver.Run``), or None if it never started."""
     folder = Path(run.cfg.out)
@@ -55,7 +47,8 @@ def record(run: Any, status: str) -> dict[str, Any] | None:
     return {"label": run.label, "size": run.size, "recipe": run.recipe, "seed": run.seed, "repeat": run.repeat,
             "status": status, "config": meta.get("config"), "identity": meta.get("identity"),
             "params": meta.get("params"), "corpus": meta.get("corpus"), "done": done,
-            "rows": read_csv(folder / "metrics.csv", drop_incomplete=True), "alpha": _last_alpha(folder)}
+            "rows": read_csv(folder / "metrics.csv", drop_incomplete=True),
+            "alpha": last_step_rows(read_csv(folder / "alpha.csv", drop_incomplete=True))}
 
 
 def pack_slice(runs: Iterable[tuple[Any, str]], dest: str | Path, info: dict[str, Any]) -> list[Path]:

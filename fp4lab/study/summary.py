@@ -24,11 +24,10 @@ stay out of the gaps; ``repeats.csv`` says, for each, whether its logged losses 
 bit.
 
 Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean training throughput of a run's
-evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``, ``alpha.csv`` (per run, the last
-diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``repeats.csv``,
-``summary.json`` (all of it,
-with notes on runs left out), ``summary.md`` (tables) and, with matplotlib, ``loss_curves.png`` and
-``gap_vs_size.png`` (``fp4lab.study.plots``).
+evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``,
+``alpha.csv`` (per run, the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM),
+``repeats.csv``, ``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with
+matplotlib, ``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``).
 """
 
 from __future__ import annotations
@@ -44,12 +43,12 @@ from typing import Any
 
 from fp4lab.errors import InputError
 from fp4lab.study import pack
-from fp4lab.study.logs import read_csv, write_csv, write_json, write_text
+from fp4lab.study.logs import last_step_rows, read_csv, write_csv, write_json, write_text
 
 METRICS: tuple[str, ...] = ("train", "heldout")
 RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
-               "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "tokens_per_s", "elapsed_s",
-               "folder")
+               "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "tokens_per_s",
+               "elapsed_s", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "seeds_needed", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
@@ -116,11 +115,10 @@ def _folder_run(cfg_path: Path) -> RunLog:
             from None
     if not isinstance(meta, dict):
         raise InputError(f"summarize: {cfg_path} is not a run's config.json")
-    alpha = read_csv(folder / "alpha.csv", drop_incomplete=True)
-    last = max((r["step"] for r in alpha), default=None)
     status = "done" if done is not None else "diverged" if (folder / "diverged.json").is_file() else "partial"
     return _run_log(folder, meta.get("config"), meta.get("identity"), meta.get("params"), done,
-                    read_csv(folder / "metrics.csv"), [r for r in alpha if r["step"] == last], status)
+                    read_csv(folder / "metrics.csv"),
+                    last_step_rows(read_csv(folder / "alpha.csv", drop_incomplete=True)), status)
 
 
 def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]:
@@ -240,14 +238,13 @@ def repeats(runs: list[RunLog]) -> list[dict[str, Any]]:
 
 
 def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
-    rows = run.alpha
+    rows = [r for r in last_step_rows(run.alpha) if isinstance(r.get("alpha"), (int, float))]
     if not rows:
         return []
-    last = max(int(r["step"]) for r in rows)
+    last = rows[0]["step"]
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in rows:
-        if int(r["step"]) == last:
-            groups[(r["operand"], r["gemm"])].append(float(r["alpha"]))
+        groups[(str(r.get("operand")), str(r.get("gemm")))].append(float(r["alpha"]))
     return [{"size": run.size, "recipe": run.recipe, "seed": run.seed, "step": last, "operand": op, "gemm": g,
              "layers": len(v), "alpha_mean": sum(v) / len(v), "alpha_min": min(v)} for (op, g), v in groups.items()]
 
