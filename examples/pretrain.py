@@ -191,8 +191,18 @@ def _packed(args: argparse.Namespace, runs: list) -> dict[str, Any]:
     """{label: record} of the runs finished in the packs under --done-from (checked: code version, settings)."""
     from fp4lab.study import pack
 
+    from fp4lab.study.data import load_corpus
+
     records = [r for folder in args.done_from or () for r in pack.load_packs(folder)]
-    return pack.done_runs(records, runs)
+    corpora: dict[tuple, str] = {}
+
+    def fingerprint(cfg: Any) -> str:  # the corpus here, loaded once per setting
+        key = (cfg.corpus, cfg.corpus_glob, cfg.heldout_every)
+        if key not in corpora:
+            corpora[key] = load_corpus(*key).fingerprint
+        return corpora[key]
+
+    return pack.done_runs(records, runs, fingerprint if records else None)
 
 
 def _children(args: argparse.Namespace) -> tuple[list[list[str]], dict[str, str]]:

@@ -681,6 +681,10 @@ def test_packs_of_another_code_version_or_settings_are_refused(tmp_path, corpus_
     changed = [replace(r, cfg=replace(r.cfg, lr=1e-3)) for r in other]
     with pytest.raises(InputError, match="lr = 0.003"):
         pack.done_runs(records, changed)
+    with pytest.raises(InputError, match="trained on corpus"):
+        pack.done_runs(records, other, fingerprint=lambda cfg: "0" * 16)
+    assert sorted(pack.done_runs(records, other, fingerprint=lambda cfg: data.load_corpus(
+        cfg.corpus, cfg.corpus_glob).fingerprint)) == sorted(r.label for r in other)
     pack.pack_slice(done, tmp_path / "packs" / "b", {})  # the same finished runs packed twice
     with pytest.raises(InputError, match="finished in both"):
         pack.done_runs(pack.load_packs(tmp_path / "packs"), other)

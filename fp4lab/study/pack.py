@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from fp4lab.errors import InputError, OutputError
 from fp4lab.study.logs import finite_json, last_step_rows, read_csv, write_text
@@ -104,9 +104,11 @@ def version_of(rec: dict[str, Any]) -> str:
     return str(rec["identity"].get("code_version", "unknown"))
 
 
-def done_runs(records: list[tuple[str, dict[str, Any]]], runs: list[Any]) -> dict[str, dict[str, Any]]:
+def done_runs(records: list[tuple[str, dict[str, Any]]], runs: list[Any],
+              fingerprint: Callable[[Any], str] | None = None) -> dict[str, dict[str, Any]]:
     """{label: record} of the plan's ``runs`` that packs hold as done; InputError for a finished run packed twice,
-    a pack of another code version than this one, or a packed run whose settings differ from the plan's."""
+    a pack of another code version than this one, a packed run whose settings differ from the plan's, or (with
+    ``fingerprint``: a run's configuration -> the fingerprint of its corpus here) one trained on another corpus."""
     planned = {r.label: r for r in runs}
     here = code_version()
     found: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -128,5 +130,8 @@ def done_runs(records: list[tuple[str, dict[str, Any]]], runs: list[Any]) -> dic
             if rec["config"].get(key) != value:
                 raise InputError(f"pack: {where} holds {rec['label']} with {key} = {rec['config'].get(key)!r}, "
                                  f"the plan has {value!r}")
+        if fingerprint is not None and rec["identity"].get("corpus_fingerprint") != fingerprint(run.cfg):
+            raise InputError(f"pack: {where} holds {rec['label']} trained on corpus "
+                             f"{rec['identity'].get('corpus_fingerprint')}; here it is {fingerprint(run.cfg)}")
     return {label: rec for label, (_, rec) in found.items() if label in planned
             and run_status(planned[label].cfg.out) == "missing"}
