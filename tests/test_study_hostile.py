@@ -411,3 +411,10 @@ def test_summarize_on_corrupt_run_folders(tmp_path, corpus_dir, corpus):
     (run / "config.json").write_text("{")
     with pytest.raises(InputError, match="unreadable config.json"):
         summary.summarize(tmp_path, tmp_path / "s4", plots=False)
+
+
+def test_recipe_names_with_escape_sequences_are_refused_for_single_runs(tmp_path, corpus_dir):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "x\\u001b[2Jy"\nrht = []\nsr = []\n')
+    with pytest.raises(InputError, match="recipe name"):
+        _cfg(tmp_path, corpus_dir, recipe=str(recipe)).check()

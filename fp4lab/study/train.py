@@ -214,7 +214,7 @@ class TrainConfig:
         check_label(self.size, "TrainConfig: size")
         if self.label is not None:
             check_label(self.label, "TrainConfig: label")
-        get_recipe(self.recipe)
+        check_label(get_recipe(self.recipe).name, "TrainConfig: recipe name")  # shown in progress lines and tables
         if self.parallel not in distributed.MODES or self.fsdp_params not in distributed.FSDP_PARAMS:
             raise InputError(f"TrainConfig: parallel = {self.parallel!r}, fsdp_params = {self.fsdp_params!r}; "
                              f"expected one of {', '.join(distributed.MODES)} and of "
