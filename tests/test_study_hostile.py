@@ -418,3 +418,20 @@ def test_recipe_names_with_escape_sequences_are_refused_for_single_runs(tmp_path
     recipe.write_text('name = "x\\u001b[2Jy"\nrht = []\nsr = []\n')
     with pytest.raises(InputError, match="recipe name"):
         _cfg(tmp_path, corpus_dir, recipe=str(recipe)).check()
+
+
+def test_a_pickled_checkpoint_never_runs(tmp_path, corpus_dir, corpus, recwarn):
+    import pickle
+
+    cfg = _cfg(tmp_path, corpus_dir)
+    train(cfg, stop_at=2, corpus=corpus)
+    marker = tmp_path / "ran.txt"
+
+    class Planted:
+        def __reduce__(self):
+            return (Path(marker).write_text, ("ran",))
+
+    Path(cfg.out, "checkpoint.pt").write_bytes(pickle.dumps(Planted()))
+    with pytest.raises(InputError, match="not a readable checkpoint"):
+        train(cfg, corpus=corpus)
+    assert not marker.exists() and not [w for w in recwarn if "pickle" in str(w.message)]

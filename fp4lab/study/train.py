@@ -61,6 +61,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -422,7 +423,9 @@ def _load_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, device: 
     path = run / "checkpoint.pt"
     fix = "delete it to restart the run"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)  # loaders move to device
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)  # loaders move to device
     except MemoryError:
         raise InputError(f"train: {path}: not enough memory to read it") from None
     except Exception as exc:  # torch raises many types for truncated or foreign files; its text suggests unsafe
