@@ -222,9 +222,9 @@ def _children(args: argparse.Namespace) -> tuple[list[list[str]], dict[str, str]
              "--no-progress", *shared] for i in range(n)], {"shared": " ".join(shared)}
 
 
-def _run_children(args: argparse.Namespace) -> dict[str, str]:
-    """Run the shard processes of --procs side by side; returns each one's log tail (its log is a temporary
-    file, not kept). An interrupt stops them all."""
+def _run_children(args: argparse.Namespace) -> tuple[dict[str, str], int]:
+    """Run the shard processes of --procs side by side; returns each one's exit status and log tail (its log is a
+    temporary file, not kept), and the largest exit status. An interrupt stops them all."""
     commands, _ = _children(args)
     logs = Path(tempfile.mkdtemp(prefix="fp4lab-study-"))
     procs = []
@@ -245,8 +245,12 @@ def _run_children(args: argparse.Namespace) -> dict[str, str]:
         text = (logs / f"shard{i}.log").read_text(encoding="utf-8", errors="replace")
         tails[f"shard{i}"] = f"exit {proc.returncode}: " + text[-2000:]
         (logs / f"shard{i}.log").unlink()
+        if proc.returncode not in (0, 1):
+            lines = [x for x in text.splitlines() if x.startswith("error: ")]
+            print(f"shard {i}/{len(procs)} exited with status {proc.returncode}"
+                  + (f": {lines[-1][7:]}" if lines else ""), file=sys.stderr)
     logs.rmdir()
-    return tails
+    return tails, max((abs(p.returncode) for p in procs), default=0)
 
 
 def _device_name() -> str:
@@ -274,8 +278,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     runs = [replace(r, cfg=replace(r.cfg, **_parallel(args))) for r in runs]
     packed = _packed(args, runs)
     logs: dict[str, str] = {}
+    worst = 0
     if args.procs is not None:
-        logs = _run_children(args)
+        logs, worst = _run_children(args)
     elif not args.status:
         try:
             spread = [r.cfg for r in runs if r.cfg.parallel != "none"]
@@ -300,7 +305,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     failed = sum(1 for _, s, _ in rows if s == "failed")
     print(f"{len(rows) - left} of {len(rows)} runs done" + (f"; {left} to go" if left else "")
           + (f"; {failed} failed (failed.json in their folders; the next study call retries them)" if failed else ""))
-    return 1 if failed else 0
+    return max(worst, 1 if failed else 0)
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:

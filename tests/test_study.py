@@ -788,3 +788,18 @@ def test_seeds_needed_matches_the_exact_paired_t_test():
     assert summary.seeds_needed(1.2, 0.3) == 128
     assert summary.seeds_needed(0.3, 0.3, alpha=0.05 / 8) > summary.seeds_needed(0.3, 0.3)
     assert summary.seeds_needed(float("nan")) is None
+
+
+def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, capsys):
+    """--procs N: N shard processes (one here: each imports torch), then one pack of every run; a later call with
+    --done-from runs nothing. The shard command lines: tests/test_study_hostile.py."""
+    plan = _plan(tmp_path, corpus_dir, recipes=("bf16",))
+    assert _cli(monkeypatch, "study", str(plan), "--procs", "1", "--seeds", "0,1", "--recipes", "bf16",
+                "--pack", str(tmp_path / "p1")) == 0
+    assert "2 of 2 runs done" in capsys.readouterr().out
+    info = json.loads((tmp_path / "p1" / "slice.json").read_text())
+    assert info["runs"] == {"tiny/bf16/seed0": "done", "tiny/bf16/seed1": "done"}
+    assert list(info["logs"]) == ["shard0"] and info["logs"]["shard0"].startswith("exit 0: [1/2] tiny/bf16/seed0")
+    assert _cli(monkeypatch, "study", str(plan), "--out", str(tmp_path / "fresh"), "--seeds", "0,1", "--recipes",
+                "bf16", "--done-from", str(tmp_path / "p1")) == 0
+    assert "2 of 2 runs done" in capsys.readouterr().out and not (tmp_path / "fresh").exists()
