@@ -162,7 +162,7 @@ def load_plan(path: str | Path, out: str | Path | None = None) -> list[Run]:
     common.update(_table(plan.get("train", {}), f"{where}: train"))
     corpus = common.get("corpus")
     if isinstance(corpus, str) and corpus != PYTHON_PACKAGES:
-        common["corpus"] = str(base / corpus)
+        common["corpus"] = str((base / corpus).resolve())
     sizes = _table(plan.get("sizes", {}), f"{where}: sizes")
     known = set(TrainConfig.__dataclass_fields__)
     for size, fields in sizes.items():
