@@ -46,11 +46,12 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def _pair(text: str) -> tuple[str, str]:
-    a, sep, b = text.partition(":")
-    if not sep or not a or not b:
-        raise argparse.ArgumentTypeError(f"pair '{text}': expected A:B, e.g. ufp4:e2m1-ref")
-    return a, b
+def _pair(text: str) -> tuple[str, ...]:
+    parts = tuple(text.split(":"))
+    if len(parts) not in (2, 4) or not all(parts):
+        raise argparse.ArgumentTypeError(f"pair '{text}': expected A:B (e.g. ufp4:e2m1-ref) or A:B:C:D (the "
+                                         "interaction (A - B) - (C - D))")
+    return parts
 
 
 TRAIN_ARGS: tuple[tuple[str, Any, str], ...] = (
@@ -414,7 +415,8 @@ def parser() -> argparse.ArgumentParser:
                    "steps, 0 = no cap (default 1000: the paper's final 1000 steps, or 10%% if shorter)")
     p.add_argument("--baseline", default="bf16", help="baseline recipe name (default bf16)")
     p.add_argument("--pair", type=_pair, action="append", metavar="A:B",
-                   help="paired difference A − B per seed (repeatable; default ufp4:e2m1-ref)")
+                   help="paired difference A − B per seed, or A:B:C:D for the interaction (A − B) − (C − D) "
+                   "(repeatable; default ufp4:e2m1-ref); the training-loss rows form the Holm family")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--delta", type=float, default=0.3, help="difference in points that seeds_needed is sized for "
                    "(default 0.3)")

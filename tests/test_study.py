@@ -500,6 +500,11 @@ def test_summarize_paired_statistics(tmp_path):
     (p_train,) = [p for p in s["paired"] if p["metric"] == "train"]
     assert p_train["a"] == "ufp4" and p_train["b"] == "e2m1-ref" and p_train["n"] == 3
     assert p_train["mean"] == pytest.approx(want) and p_train["se"] == pytest.approx(want_se)
+    assert p_train["ci_low"] == pytest.approx(want - 4.302653 * want_se, rel=1e-5)  # t(0.975, 2) = 4.302653
+    assert p_train["p"] == pytest.approx(summary.t_two_sided_p(want / want_se, 2))
+    assert p_train["p_holm"] == pytest.approx(p_train["p"])  # one training-loss row: Holm changes nothing
+    (p_held,) = [p for p in s["paired"] if p["metric"] == "heldout"]
+    assert math.isnan(p_held["p_holm"])
     assert len(s["notes"]) == 2 and any("seed 3" in n for n in s["notes"])
     assert any("mxfp4" in n and "differ" in n for n in s["notes"])
     out = tmp_path / "out"
@@ -803,3 +808,30 @@ def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, ca
     assert _cli(monkeypatch, "study", str(plan), "--out", str(tmp_path / "fresh"), "--seeds", "0,1", "--recipes",
                 "bf16", "--done-from", str(tmp_path / "p1")) == 0
     assert "2 of 2 runs done" in capsys.readouterr().out and not (tmp_path / "fresh").exists()
+
+
+def test_t_distribution_and_holm():
+    """Student's t against tabulated values, and Holm's adjustment on a worked example."""
+    for t, df, p in ((2.228139, 10, 0.05), (12.7062, 1, 0.05), (1.0, 1, 0.5), (2.0, 1e9, 0.0455003)):
+        assert summary.t_two_sided_p(t, df) == pytest.approx(p, rel=1e-4)
+    assert summary.t_quantile(0.975, 10) == pytest.approx(2.228139, rel=1e-5)
+    assert summary.t_quantile(0.975, 3) == pytest.approx(3.182446, rel=1e-5)
+    assert summary.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert summary.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+
+
+def test_interaction_contrast(tmp_path):
+    """A:B:C:D gives (gap_A - gap_B) - (gap_C - gap_D) per seed."""
+    root = tmp_path / "runs"
+    g = {"a": [1.0, 2.0, 1.5], "b": [0.5, 0.5, 1.0], "c": [2.0, 1.0, 3.0], "d": [0.0, 0.5, 0.5]}
+    for seed in range(3):
+        _fake_run(root, "s", "bf16", seed, [(2.0, 2.0)] * 10)
+        for label, gaps in g.items():
+            recipe = {"a": "ufp4", "b": "e2m1-ref", "c": "nvfp4", "d": "mxfp4"}[label]
+            _fake_run(root, "s", recipe, seed, [(2.0 * (1 + gaps[seed] / 100), 2.0)] * 10)
+    s = summary.summarize(root, tmp_path / "out", plots=False, pairs=(("ufp4", "e2m1-ref", "nvfp4", "mxfp4"),))
+    (row,) = [p for p in s["paired"] if p["metric"] == "train"]
+    want = [(g["a"][i] - g["b"][i]) - (g["c"][i] - g["d"][i]) for i in range(3)]
+    assert row["a"] == "(ufp4 − e2m1-ref)" and row["b"] == "(nvfp4 − mxfp4)"
+    assert row["mean"] == pytest.approx(sum(want) / 3)
+    assert [float(x) for x in row["diffs"].split()] == pytest.approx(want, rel=1e-5)

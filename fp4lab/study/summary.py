@@ -10,9 +10,14 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
   (the two runs evaluate at the same steps);
 * per (size, recipe): mean and standard error ``SE = sd / sqrt(n)`` (sd with n - 1) of the gap over seeds;
 * paired difference of recipes A and B (e.g. ufp4 minus e2m1-ref) per seed: ``d = gap_A - gap_B`` in percentage
-  points, with mean, sd and SE over the seeds that have both (same batches and initial weights per seed), and
+  points (an interaction ``(A, B, C, D)``: ``d = (gap_A - gap_B) - (gap_C - gap_D)``), with mean, sd and SE over
+  the seeds that have all of them (same batches and initial weights per seed), and
   ``seeds_needed``: the paired seeds for a two-sided paired t-test at level ``alpha`` to detect a difference of
-  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``).
+  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``);
+* for each paired difference: the 95% confidence interval ``mean ± t(0.975, n - 1) * SE``, the two-sided p-value
+  of the paired t-test (``t = mean / SE``, Student's t with n - 1 degrees of freedom), and ``p_holm``, Holm's
+  step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
+  the summary; held-out rows get no adjusted p-value.
 
 Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl``, ``fp4lab.study.pack``)
 under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the recipe's name). The
@@ -50,7 +55,8 @@ RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps",
                "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "tokens_per_s",
                "elapsed_s", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
-PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "seeds_needed", "seeds", "diffs")
+PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "ci_low", "ci_high", "p", "p_holm",
+                "seeds_needed", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
 REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
 UNPAIRED_FIELDS = frozenset({"recipe_toml", "data_order"})
@@ -174,6 +180,74 @@ def mean_se(values: list[float]) -> tuple[float, float, int]:
     return m, math.sqrt(var / n), n
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _ibeta(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with ``df`` degrees of freedom: ``I_{df / (df + t^2)}(df / 2, 1 / 2)``."""
+    if not math.isfinite(t):
+        return 0.0 if not math.isnan(t) else math.nan
+    return _ibeta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The ``q`` quantile (q > 0.5) of Student's t with ``df`` degrees of freedom, by bisection of the p-value."""
+    lo, hi, target = 0.0, 1e6, 2.0 * (1.0 - q)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times (m - i + 1), made
+    non-decreasing in that order and capped at 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [math.nan] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def contrast_terms(pair: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(label, coefficient) of a paired contrast: ``(A, B)`` is ``A - B``; ``(A, B, C, D)`` is the interaction
+    ``(A - B) - (C - D)``."""
+    if len(pair) == 2:
+        return [(pair[0], 1), (pair[1], -1)]
+    if len(pair) == 4:
+        return [(pair[0], 1), (pair[1], -1), (pair[2], -1), (pair[3], 1)]
+    raise InputError(f"summarize: a contrast names 2 or 4 labels (A:B or A:B:C:D), not {len(pair)}")
+
+
 def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """Paired seeds for a two-sided paired t-test at level ``alpha`` to detect ``delta`` with probability ``power``
     when the per-seed differences have standard deviation ``sd``: Guenther's (1981) correction of the normal
@@ -250,7 +324,7 @@ def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
 
 
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
-              pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
+              pairs: tuple[tuple[str, ...], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
               code_version: str | None = None, window_steps: int | None = 1000, delta: float = 0.3,
               alpha: float = 0.05) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
@@ -292,20 +366,29 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         gap_rows.append({"size": size, "params": params[size], "recipe": recipe, "metric": m, "n": n, "mean": mean,
                          "sd": se * math.sqrt(n), "se": se})
     pair_rows = []
-    for a, b in pairs:
+    for pair in pairs:
+        terms = contrast_terms(pair)
+        a, b = (pair[0], pair[1]) if len(pair) == 2 else (f"({pair[0]} − {pair[1]})", f"({pair[2]} − {pair[3]})")
         for size in sorted({s for s, _, _ in by}, key=lambda s: params[s]):
             for m in METRICS:
-                ga, gb = by.get((size, a, m), {}), by.get((size, b, m), {})
-                seeds = sorted(set(ga) & set(gb))
+                per = [(coef, by.get((size, name, m), {})) for name, coef in terms]
+                seeds = sorted(set.intersection(*(set(g) for _, g in per)))
                 if not seeds:
                     continue
-                diffs = [ga[s] - gb[s] for s in seeds]
+                diffs = [sum(coef * g[s] for coef, g in per) for s in seeds]
                 mean, se, n = mean_se(diffs)
                 sd = se * math.sqrt(n)
+                ok = n >= 2 and se > 0
+                half = t_quantile(0.975, n - 1) * se if ok else math.nan
                 pair_rows.append({"size": size, "params": params[size], "a": a, "b": b, "metric": m, "n": n,
-                                  "mean": mean, "sd": sd, "se": se, "seeds_needed": seeds_needed(sd, delta, alpha),
+                                  "mean": mean, "sd": sd, "se": se, "ci_low": mean - half, "ci_high": mean + half,
+                                  "p": t_two_sided_p(mean / se, n - 1) if ok else math.nan, "p_holm": math.nan,
+                                  "seeds_needed": seeds_needed(sd, delta, alpha),
                                   "seeds": " ".join(map(str, seeds)),
                                   "diffs": " ".join(f"{d:.6g}" for d in diffs)})
+    primary = [p for p in pair_rows if p["metric"] == "train" and not math.isnan(p["p"])]
+    for p, adjusted in zip(primary, holm([p["p"] for p in primary])):
+        p["p_holm"] = adjusted
     alpha_rows = [row for r in runs if r.done for row in _alpha_rows(r)]
     write_csv(out / "runs.csv", RUN_COLUMNS, run_rows)
     write_csv(out / "gaps.csv", GAP_COLUMNS, gap_rows)
@@ -326,6 +409,10 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     return summary
 
 
+def _num(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.3g}"
+
+
 def _pm(mean: float, se: float) -> str:
     return f"{mean:+.3f}" + ("" if se is None or math.isnan(se) else f" ± {se:.3f}")
 
@@ -341,15 +428,18 @@ def markdown(summary: dict[str, Any]) -> str:
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
         lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | "
                      f"{_pm(h['mean'], h['se'])} |")
-    lines += ["", "Paired differences per seed (percentage points), mean ± SE, sd, and the seeds a paired t-test "
-              f"needs for 80% power at {summary.get('delta', 0.3):g} points, "
-              f"level {summary.get('test_level', 0.05):g}.",
-              "", "| size | A − B | metric | n | mean ± SE | sd | seeds needed | per seed |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Paired differences per seed (percentage points): mean ± SE, 95% confidence interval, two-sided "
+              "paired t-test p, p after Holm's correction over the training-loss rows, sd, and the seeds a paired "
+              f"t-test needs for 80% power at {summary.get('delta', 0.3):g} points, level "
+              f"{summary.get('test_level', 0.05):g}.", "",
+              "| size | A − B | metric | n | mean ± SE | 95% CI | p | p (Holm) | sd | seeds needed | per seed |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
+        ci = f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]" if p["ci_low"] is not None and \
+            math.isfinite(p["ci_low"]) else "-"
         lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
-                     f"{p['sd']:.3g} | {p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | "
-                     f"{p['diffs']} |")
+                     f"{ci} | {_num(p['p'])} | {_num(p['p_holm'])} | {_num(p['sd'])} | "
+                     f"{p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | {p['diffs']} |")
     if summary["repeats"]:
         lines += ["", "Repeated runs (bit-identity check).", "", "| size | recipe | seed | rows | identical | "
                   "max abs diff |", "|---|---|---|---|---|---|"]
