@@ -53,8 +53,14 @@ out = "pilot-runs"
 
 [sizes.s2m]                  # 1.87M parameters; 1000 steps = 16.4M tokens = 8.8 tokens per parameter, sized so
 {_S2M}
-steps = 1000                 # that 25 runs fit one 9-minute slice on one H200 (12 processes)
+steps = 1000                 # that 25 runs fit one 9-minute slice on one H200 (13 processes, 2 runs each)
 """ + """
+[[runs]]                     # the repeat check (first, so that it starts at once): the same run again must
+sizes = ["s2m"]              # give the same bits
+recipes = ["ufp4"]
+seeds = [0]
+repeat = true
+
 [[runs]]
 sizes = ["s2m"]
 recipes = ["bf16", "ufp4", "e2m1-ref"]
@@ -66,12 +72,6 @@ recipes = ["bf16"]
 label = "bf16-order1"
 seeds = [0, 1, 2, 3, 4, 5]
 train = { data_order = 1 }
-
-[[runs]]                     # the repeat check: the same run again must give the same bits
-sizes = ["s2m"]
-recipes = ["ufp4"]
-seeds = [0]
-repeat = true
 """
 
 _LR_GROUPS = "".join(f"""
