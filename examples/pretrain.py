@@ -206,8 +206,8 @@ def _packed(args: argparse.Namespace, runs: list) -> dict[str, Any]:
     return pack.done_runs(records, runs, fingerprint if records else None)
 
 
-def _children(args: argparse.Namespace) -> tuple[list[list[str]], dict[str, str]]:
-    """The command lines of --procs N shard processes, and the options they share."""
+def _children(args: argparse.Namespace) -> list[list[str]]:
+    """The command lines of the --procs N shard processes."""
     shared: list[str] = []
     for flag, value in (("--out", args.out), ("--max-minutes", args.max_minutes),
                         ("--sizes", ",".join(args.sizes) if args.sizes else None),
@@ -220,13 +220,13 @@ def _children(args: argparse.Namespace) -> tuple[list[list[str]], dict[str, str]
         shared += ["--done-from", folder]
     n = args.procs
     return [[sys.executable, str(Path(__file__).resolve()), "study", args.plan, "--shard", f"{i}/{n}",
-             "--no-progress", *shared] for i in range(n)], {"shared": " ".join(shared)}
+             "--no-progress", *shared] for i in range(n)]
 
 
 def _run_children(args: argparse.Namespace) -> tuple[dict[str, str], int]:
     """Run the shard processes of --procs side by side; returns each one's exit status and log tail (its log is a
     temporary file, not kept), and the largest exit status. An interrupt stops them all."""
-    commands, _ = _children(args)
+    commands = _children(args)
     logs = Path(tempfile.mkdtemp(prefix="fp4lab-study-"))
     procs = []
     try:

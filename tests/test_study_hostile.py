@@ -385,7 +385,7 @@ def test_study_procs_children(tmp_path, corpus_dir):
     ns = runpy.run_path(str(EXAMPLE))
     args = ns["parser"]().parse_args(["study", "p.toml", "--procs", "3", "--max-minutes", "8", "--deterministic",
                                       "--done-from", "packs", "--seeds", "0,1"])
-    commands, _ = ns["_children"](args)
+    commands = ns["_children"](args)
     assert [c[c.index("--shard") + 1] for c in commands] == ["0/3", "1/3", "2/3"]
     assert all(c[1] == str(EXAMPLE) and "--deterministic" in c and c[c.index("--done-from") + 1] == "packs"
                and c[c.index("--seeds") + 1] == "0,1" and "--procs" not in c for c in commands)
