@@ -151,10 +151,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     fields.update({name: getattr(args, name) for name, _, _ in TRAIN_ARGS if getattr(args, name) is not None})
     model = {name: getattr(args, name) for name, _ in MODEL_ARGS if getattr(args, name) is not None}
     if model:
+        given = fields.get("model") or {}
+        if not isinstance(given, dict):
+            raise InputError(f"train: model = {ascii(given)[:60]}; expected a table of model fields")
         if "size" not in fields:  # a shape of its own: labelled "custom", other fields from the small size
             fields["size"] = "custom"
-            fields["model"] = {**asdict(SIZES["small"]), **(fields.get("model") or {})}
-        fields["model"] = {**(fields.get("model") or {}), **model}
+            given = {**asdict(SIZES["small"]), **given}
+        fields["model"] = {**given, **model}
     _absolute(fields)
     fields["out"] = args.out
     fields["progress"] = not args.no_progress

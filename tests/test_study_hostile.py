@@ -333,6 +333,9 @@ def test_cli_file_errors_are_one_line(monkeypatch, capsys, tmp_path, corpus_dir)
     bad.write_bytes(b"steps = \xff\n")
     code, _, err = _cli(monkeypatch, capsys, "train", "--out", tmp_path / "r", "--config", bad, *TRAIN)
     assert code == 2 and "not UTF-8" in err and err.count("\n") == 1
+    bad.write_text("model = 3\n")
+    code, _, err = _cli(monkeypatch, capsys, "train", "--out", tmp_path / "r", "--config", bad, *TRAIN)
+    assert code == 2 and "model = 3" in err
     bad.write_text('steps = "three"\n')
     code, _, err = _cli(monkeypatch, capsys, "train", "--out", tmp_path / "r", "--config", bad, *TRAIN[2:])
     assert code == 2 and "steps = 'three'" in err
