@@ -13,13 +13,15 @@
 #   $OUT/pilot-summary/*            runs.csv (tokens_per_s per run), gaps.csv (sd of the negative control's gap),
 #                                   paired.csv (ufp4 - e2m1-ref: sd and seeds needed at 0.3 points, level 0.05/8),
 #                                   repeats.csv (is the repeat identical bit for bit?), summary.json, summary.md
+# Extra packages (pydantic, rich, ...) go on PYTHONPATH (kept), not into site-packages: the python-packages corpus
+# is that folder, and its fingerprint must be the same in every slice.
 # Run folders (checkpoints) go to a temporary folder and are not kept. Runs still partial when the time is up are
 # packed as partial (their rows give the throughput); a second call with DONE=<folder of the first pack> runs only
 # what that pack does not hold as done.
 set -euo pipefail
 OUT=${OUT:?set OUT to the folder for the results}
 PY=${PYTHON:-python3}
-export PYTHONPATH=. OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 RUNS=$(mktemp -d)
 mkdir -p "$OUT"
 $PY examples/pretrain.py corpus --corpus python-packages > "$OUT/corpus.txt"
