@@ -1,29 +1,33 @@
 """Byte-level GPT pretraining under 4-bit training recipes, and the study of the recipes built on it.
 
-    python examples/pretrain.py corpus                               # the default corpus: this Python's stdlib
+    python examples/pretrain.py corpus --corpus python-packages      # a corpus: files, bytes, fingerprint
     python examples/pretrain.py train --size small --recipe ufp4 --steps 2000 --out runs/small-ufp4
-    python examples/pretrain.py init study/                          # write study/plan.toml and its recipes
-    python examples/pretrain.py study study/plan.toml --max-minutes 25      # run what is missing, then stop
-    python examples/pretrain.py study study/plan.toml --status              # what is done / partial / missing
-    python examples/pretrain.py summarize study/runs --dest docs/results    # CSV, JSON, markdown and PNG plots
+    python examples/pretrain.py train --out runs/small-ufp4          # resume: the settings come from the run
+    python examples/pretrain.py init study/                          # write the study's plans and recipes
+    python examples/pretrain.py study study/pilot.toml --procs 12 --max-minutes 8 --pack out/pilot
+    python examples/pretrain.py study study/plan.toml --status --done-from results/  # done / partial / missing
+    python examples/pretrain.py summarize results/ --dest docs/results      # CSV, JSON, markdown and PNG plots
     python examples/pretrain.py captures runs/m/captures/step_0001000      # RHT-induced SQNR change (Fig. 12)
     torchrun --nproc_per_node 2 examples/pretrain.py train --size middle --recipe ufp4 --out runs/m --ddp  # or --fsdp
 
 Every command is resumable: a run folder with a checkpoint continues where it stopped. docs/study.md explains
-the files, the metric and how to run the study in 30-minute parts.
+the files, the metric, the study's design and how to run it in 30-minute parts. Errors are one line on stderr
+(exit status 2; an interrupt: 130).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import subprocess
 import sys
+import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from fp4lab.errors import Fp4labError
+from fp4lab.errors import Fp4labError, InputError
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -42,11 +46,12 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def _pair(text: str) -> tuple[str, str]:
-    a, sep, b = text.partition(":")
-    if not sep or not a or not b:
-        raise argparse.ArgumentTypeError(f"pair '{text}': expected A:B, e.g. ufp4:e2m1-ref")
-    return a, b
+def _pair(text: str) -> tuple[str, ...]:
+    parts = tuple(text.split(":"))
+    if len(parts) not in (2, 4) or not all(parts):
+        raise argparse.ArgumentTypeError(f"pair '{text}': expected A:B (e.g. ufp4:e2m1-ref) or A:B:C:D (the "
+                                         "interaction (A - B) - (C - D))")
+    return parts
 
 
 TRAIN_ARGS: tuple[tuple[str, Any, str], ...] = (
@@ -67,10 +72,14 @@ TRAIN_ARGS: tuple[tuple[str, Any, str], ...] = (
     ("capture_layers", _strs, "comma-separated fnmatch patterns of layers to capture (default blocks.0.*)"),
     ("capture_rows", int, "token rows of X and dY saved per capture, 0 = all (default 1024)"),
     ("ckpt_every", int, "steps between checkpoints (default 500)"),
-    ("corpus", str, "text folder (default: the standard library of this Python)"),
+    ("corpus", str, ("python-packages (every *.py under this Python's site-packages) or a text folder (default: "
+                     "the standard library of this Python)")),
     ("corpus_glob", str, "file-name pattern of the corpus (default *.py for the stdlib, else *)"),
     ("heldout_every", int, "hold out 1 file in this many (default 20)"),
     ("device", str, "auto, cpu or cuda[:i] (default auto)"),
+    ("data_order", int, ("order of the training batches, 0 = the seed's own (default 0; another value: the "
+                         "negative control)")),
+    ("label", str, "the run's name in summaries (default: the recipe's name)"),
 )
 MODEL_ARGS: tuple[tuple[str, str], ...] = (
     ("d_model", "model width"), ("layers", "blocks"), ("heads", "attention heads"), ("ffn", "SwiGLU hidden width"),
@@ -84,7 +93,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     for k, v in c.describe().items():
         print(f"{k:14s} {v}")
     if args.list:
-        print("\n".join(f"held out: {f}" for f in c.heldout_files))
+        print("\n".join(f"held out: {f.encode('utf-8', 'backslashreplace').decode()}" for f in c.heldout_files))
     return 0
 
 
@@ -99,17 +108,57 @@ def _main_rank() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+SESSION_FIELDS = ("out", "progress", "device", "parallel", "fsdp_params", "keep_checkpoint")
+
+
+def _resumed_fields(out: Path) -> dict[str, Any]:
+    """The settings of the run in ``out`` (its config.json), less those of one session, or {} for a new run."""
+    from fp4lab.study.driver import read_table
+
+    path = out / "config.json"
+    if not path.is_file():
+        return {}
+    config = read_table(path, "train").get("config")
+    if not isinstance(config, dict):
+        raise InputError(f"train: {path} has no config table; it is not a run's config.json")
+    return {k: v for k, v in config.items() if k not in SESSION_FIELDS}
+
+
+def _absolute(fields: dict[str, Any]) -> None:
+    """Recipe files and corpus folders as absolute paths, so that the run's config.json holds where they are."""
+    from fp4lab.recipes import BUILTIN_RECIPES
+    from fp4lab.study.data import PYTHON_PACKAGES
+
+    recipe = fields.get("recipe")
+    if isinstance(recipe, str) and recipe not in BUILTIN_RECIPES and Path(recipe).is_file():
+        fields["recipe"] = str(Path(recipe).resolve())
+    corpus = fields.get("corpus")
+    if isinstance(corpus, str) and corpus != PYTHON_PACKAGES and Path(corpus).is_dir():
+        fields["corpus"] = str(Path(corpus).resolve())
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from fp4lab.study.distributed import shutdown
+    from fp4lab.study.driver import read_table
+    from fp4lab.study.model import SIZES
     from fp4lab.study.train import TrainConfig, train
 
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = _resumed_fields(Path(args.out))
     if args.config:
-        fields.update(tomllib.loads(Path(args.config).read_text()))
+        fields.update(read_table(args.config, "train --config"))
     fields.update({name: getattr(args, name) for name, _, _ in TRAIN_ARGS if getattr(args, name) is not None})
     model = {name: getattr(args, name) for name, _ in MODEL_ARGS if getattr(args, name) is not None}
     if model:
-        fields["model"] = {**fields.get("model", {}), **model}
+        given = fields.get("model") or {}
+        if not isinstance(given, dict):
+            raise InputError(f"train: model = {ascii(given)[:60]}; expected a table of model fields")
+        if "size" not in fields:  # a shape of its own: labelled "custom", other fields from the small size
+            fields["size"] = "custom"
+            given = {**asdict(SIZES["small"]), **given}
+        fields["model"] = {**given, **model}
+    _absolute(fields)
     fields["out"] = args.out
     fields["progress"] = not args.no_progress
     fields["keep_checkpoint"] = not args.drop_checkpoint
@@ -142,33 +191,125 @@ def _table(rows: list[tuple]) -> None:
     Console().print(t)
 
 
+def _packed(args: argparse.Namespace, runs: list) -> dict[str, Any]:
+    """{label: record} of the runs finished in the packs under --done-from (checked: code version, settings)."""
+    from fp4lab.study import pack
+
+    from fp4lab.study.data import load_corpus
+
+    records = [r for folder in args.done_from or () for r in pack.load_packs(folder)]
+    corpora: dict[tuple, str] = {}
+
+    def fingerprint(cfg: Any) -> str:  # the corpus here, loaded once per setting
+        key = (cfg.corpus, cfg.corpus_glob, cfg.heldout_every)
+        if key not in corpora:
+            corpora[key] = load_corpus(*key).fingerprint
+        return corpora[key]
+
+    return pack.done_runs(records, runs, fingerprint if records else None)
+
+
+def _children(args: argparse.Namespace) -> list[list[str]]:
+    """The command lines of the --procs N shard processes."""
+    shared: list[str] = []
+    for flag, value in (("--out", args.out), ("--max-minutes", args.max_minutes),
+                        ("--sizes", ",".join(args.sizes) if args.sizes else None),
+                        ("--recipes", ",".join(args.recipes) if args.recipes else None),
+                        ("--seeds", ",".join(map(str, args.seeds)) if args.seeds else None)):
+        if value is not None:
+            shared += [flag, str(value)]
+    shared += ["--deterministic"] if args.deterministic else []
+    for folder in args.done_from or ():
+        shared += ["--done-from", folder]
+    n = args.procs
+    return [[sys.executable, str(Path(__file__).resolve()), "study", args.plan, "--shard", f"{i}/{n}",
+             "--no-progress", *shared] for i in range(n)]
+
+
+def _run_children(args: argparse.Namespace) -> tuple[dict[str, str], int]:
+    """Run the shard processes of --procs side by side; returns each one's exit status and log tail (its log is a
+    temporary file, not kept), and the largest exit status. An interrupt stops them all."""
+    commands = _children(args)
+    logs = Path(tempfile.mkdtemp(prefix="fp4lab-study-"))
+    procs = []
+    try:
+        for i, cmd in enumerate(commands):
+            with open(logs / f"shard{i}.log", "wb") as log:
+                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        for proc in procs:
+            proc.wait()
+    except KeyboardInterrupt:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+        raise
+    tails = {}
+    for i, proc in enumerate(procs):
+        text = (logs / f"shard{i}.log").read_text(encoding="utf-8", errors="replace")
+        tails[f"shard{i}"] = f"exit {proc.returncode}: " + text[-2000:]
+        (logs / f"shard{i}.log").unlink()
+        if proc.returncode not in (0, 1):
+            lines = [x for x in text.splitlines() if x.startswith("error: ")]
+            print(f"shard {i}/{len(procs)} exited with status {proc.returncode}"
+                  + (f": {lines[-1][7:]}" if lines else ""), file=sys.stderr)
+    logs.rmdir()
+    return tails, max((abs(p.returncode) for p in procs), default=0)
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
 def cmd_study(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from fp4lab.study import pack
     from fp4lab.study.distributed import setup, shutdown
     from fp4lab.study.driver import load_plan, run_plan, select, statuses
     from fp4lab.study.train import resolve_device
 
-    runs = select(load_plan(args.plan, args.out), args.sizes, args.recipes, args.seeds, args.shard)
+    if args.procs is not None and (args.procs < 1 or args.parallel or args.shard != (0, 1) or args.status):
+        raise InputError("study: --procs N (N >= 1) runs N shard processes itself; it takes no --shard, --ddp, "
+                         "--fsdp or --status")
+    if args.pack and (os.path.lexists(Path(args.pack, pack.RUNS)) or os.path.lexists(Path(args.pack, pack.SLICE))):
+        raise InputError(f"study: --pack {args.pack} already holds a pack; a pack is written once")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    plan = load_plan(args.plan, args.out)
+    runs = select(plan, args.sizes, args.recipes, args.seeds, args.shard)
     runs = [replace(r, cfg=replace(r.cfg, **_parallel(args))) for r in runs]
-    if not args.status:
+    packed = _packed(args, runs)
+    logs: dict[str, str] = {}
+    worst = 0
+    if args.procs is not None:
+        logs, worst = _run_children(args)
+    elif not args.status:
         try:
             spread = [r.cfg for r in runs if r.cfg.parallel != "none"]
             if spread:  # the process group first, so that the ranks agree on the deadline before the first run
                 setup(spread[0].parallel, resolve_device(spread[0].device), spread[0].fsdp_params)
             run_plan(runs, max_minutes=args.max_minutes, progress=not args.no_progress,
-                     say=print if _main_rank() else (lambda text: None))
+                     say=print if _main_rank() else (lambda text: None), skip=frozenset(packed))
         finally:
             shutdown()
     if not _main_rank():
         return 0
-    rows = statuses(runs)
+    rows = statuses(runs, packed)
     _table(rows)
-    left = sum(1 for _, s, _ in rows if s != "done")
+    if args.pack:
+        ended = datetime.datetime.now(datetime.timezone.utc)
+        info = {"command": [Path(sys.argv[0]).name, *sys.argv[1:]], "started": started.isoformat(timespec="seconds"),
+                "ended": ended.isoformat(timespec="seconds"), "wall_s": (ended - started).total_seconds(),
+                "device": _device_name(), "python": sys.version.split()[0], "logs": logs}
+        paths = pack.pack_slice([(r, s) for r, s, _ in rows if s != "done (packed)"], args.pack, info)
+        print(f"packed: {', '.join(str(p) for p in paths)}")
+    left = sum(1 for _, s, _ in rows if not s.startswith("done"))
     failed = sum(1 for _, s, _ in rows if s == "failed")
     print(f"{len(rows) - left} of {len(rows)} runs done" + (f"; {left} to go" if left else "")
           + (f"; {failed} failed (failed.json in their folders; the next study call retries them)" if failed else ""))
-    return 1 if failed else 0
+    return max(worst, 1 if failed else 0)
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -176,7 +317,9 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
     dest = args.dest or str(Path(args.root) / "summary")
     s = summarize(args.root, dest, window=args.window, baseline=args.baseline,
-                  pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots)
+                  pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots,
+                  code_version=args.code_version, window_steps=args.window_steps or None, delta=args.delta,
+                  alpha=args.alpha)
     print((Path(dest) / "summary.md").read_text(), end="")
     print(f"{len(s['runs'])} runs; files in {dest}")
     return 0
@@ -228,17 +371,19 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None, help=text)
     for name, text in MODEL_ARGS:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None,
-                       help=f"{text} (default: that of --size)")
+                       help=f"{text} (default: that of --size; a shape without --size is labelled custom and starts "
+                            "from the small size)")
     p.add_argument("--max-minutes", type=float, help="start no step after this many minutes; checkpoint and stop")
     p.add_argument("--drop-checkpoint", action="store_true", help="delete the checkpoint when the run is done")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _parallel_args(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("init", help="write the default study plan and its recipe files",
-                       description="Write FOLDER/plan.toml (sizes, recipes, seeds, ablations) and FOLDER/recipes/.")
+    p = sub.add_parser("init", help="write the study's plans and recipe files",
+                       description="Write the study's plans (FOLDER/pilot.toml, lr_sweep.toml, plan.toml) and its "
+                       "recipe files (FOLDER/recipes/); nothing if any of them exists, unless --force.")
     p.add_argument("folder")
-    p.add_argument("--force", action="store_true", help="overwrite an existing plan")
+    p.add_argument("--force", action="store_true", help="overwrite existing plans and recipe files")
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("study", help="run the plan's missing runs (resume partial ones) within a time budget",
@@ -252,6 +397,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipes", type=_strs, help="only these recipe names (comma-separated)")
     p.add_argument("--seeds", type=_ints, help="only these seeds (comma-separated)")
     p.add_argument("--status", action="store_true", help="show what is done, partial or missing; run nothing")
+    p.add_argument("--procs", type=int, metavar="N", help="run N shard processes side by side (one GPU can hold "
+                   "several small runs); their logs go into the pack's slice.json")
+    p.add_argument("--pack", metavar="DIR", help="afterwards, pack the selected runs' results into DIR/runs.jsonl "
+                   "and DIR/slice.json (a new folder; never overwritten)")
+    p.add_argument("--done-from", action="append", metavar="DIR", help="skip runs finished in the packs under DIR "
+                   "(repeatable); packs of another code version or other settings are an error")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _parallel_args(p)
     p.set_defaults(func=cmd_study)
@@ -263,10 +414,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dest", help="output folder (default ROOT/summary)")
     p.add_argument("--window", type=float, default=0.1, help="final window: this fraction of the evaluations "
                    "(default 0.1)")
+    p.add_argument("--window-steps", type=int, default=1000, help="at most the evaluations of the final this many "
+                   "steps, 0 = no cap (default 1000: the paper's final 1000 steps, or 10%% if shorter)")
     p.add_argument("--baseline", default="bf16", help="baseline recipe name (default bf16)")
     p.add_argument("--pair", type=_pair, action="append", metavar="A:B",
-                   help="paired difference A − B per seed (repeatable; default ufp4:e2m1-ref)")
+                   help="paired difference A − B per seed, or A:B:C:D for the interaction (A − B) − (C − D) "
+                   "(repeatable; default ufp4:e2m1-ref); the training-loss rows form the Holm family")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--delta", type=float, default=0.3, help="difference in points that seeds_needed is sized for "
+                   "(default 0.3)")
+    p.add_argument("--alpha", type=float, default=0.05, help="test level of seeds_needed, e.g. 0.05/8 for the first "
+                   "step of Holm's correction over 8 tests (default 0.05)")
+    p.add_argument("--code-version", help="only the runs of this code version (runs of several versions are "
+                   "otherwise an error)")
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("captures", help="RHT-induced SQNR change of captured operands and GEMM outputs (Fig. 12)",
@@ -289,8 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (Fp4labError, OSError, tomllib.TOMLDecodeError) as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (Fp4labError, OSError, UnicodeError, RecursionError, MemoryError) as exc:
+        text = str(exc).strip().splitlines()
+        print(f"error: {text[0] if text else type(exc).__name__}", file=sys.stderr)
         return 2
 
 

@@ -3,6 +3,8 @@ diagnostics, captures, bit-identical resume), the study driver, the summary stat
 
 import json
 import math
+import os
+import re
 import runpy
 import sys
 from dataclasses import replace
@@ -16,12 +18,13 @@ torch = pytest.importorskip("torch")
 import fp4lab  # noqa: E402
 from fp4lab.analysis import metrics, tensors_io  # noqa: E402
 from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
-from fp4lab.errors import InputError  # noqa: E402
+from fp4lab.errors import InputError, OutputError  # noqa: E402
 from fp4lab.recipes import QuantLinear, recipe_to_toml, get_recipe  # noqa: E402
 from fp4lab.study import data, diagnostics, driver, summary, train as train_mod  # noqa: E402
-from fp4lab.study.defaults import RECIPES, write_study  # noqa: E402
+from fp4lab.study.defaults import RECIPES, study_files, write_study  # noqa: E402
 from fp4lab.study.logs import METRIC_COLUMNS, read_csv  # noqa: E402
 from fp4lab.study.model import GPT, SIZES, GPTConfig  # noqa: E402
+from fp4lab.study.runfolder import code_version  # noqa: E402
 from fp4lab.study.train import TrainConfig, build_model, run_status, train  # noqa: E402
 
 TINY = GPTConfig(d_model=64, layers=2, heads=2, ffn=128, seq_len=64)
@@ -87,7 +90,9 @@ def test_split_rule_is_deterministic_disjoint_and_by_path(corpus_dir, corpus, tm
         (tmp_path / rel).write_text("other")
     assert data.load_corpus(tmp_path, "*.py").heldout_files == corpus.heldout_files
     # parts: each file followed by the separator byte
-    assert corpus.train.dtype == np.uint8 and int((corpus.train == data.SEP).sum()) == len(train_f)
+    whole = corpus.train.array()
+    assert whole.dtype == np.uint8 and whole.size == corpus.train.size
+    assert int((whole == data.SEP).sum()) == len(train_f)
     assert corpus.heldout.size == sum((corpus_dir / f).stat().st_size + 1 for f in corpus.heldout_files)
 
 
@@ -120,8 +125,8 @@ def test_recipes_share_batches_and_initial_weights(tmp_path, corpus_dir, corpus,
     seen: dict[str, list] = {}
     current = []
 
-    def spy(tokens, seed, step, batch, seq_len):
-        out = data.train_batch(tokens, seed, step, batch, seq_len)
+    def spy(tokens, seed, step, batch, seq_len, order=0):
+        out = data.train_batch(tokens, seed, step, batch, seq_len, order)
         seen.setdefault(current[0], []).append(out)
         return out
 
@@ -219,10 +224,10 @@ def test_resume_after_pause_and_crash_gives_identical_losses(tmp_path, corpus_di
     cut = _cfg(tmp_path, corpus_dir, "cut", ckpt_every=3, diag_every=2, capture_steps=(5,))
     assert train(cut, stop_at=2, corpus=corpus).status == "paused" and run_status(cut.out) == "partial"
 
-    def crash(tokens, seed, step, batch, seq_len):
+    def crash(tokens, seed, step, batch, seq_len, order=0):
         if step == 5:
             raise KeyboardInterrupt
-        return data.train_batch(tokens, seed, step, batch, seq_len)
+        return data.train_batch(tokens, seed, step, batch, seq_len, order)
 
     monkeypatch.setattr(train_mod, "train_batch", crash)
     with pytest.raises(KeyboardInterrupt):
@@ -410,18 +415,46 @@ def test_plan_errors(tmp_path, corpus_dir):
 
 
 def test_default_study_plan(tmp_path):
+    """init writes the designed study: the pilot, the lr sweep and the plan with the 2x2 factorial, controls and
+    repeats; every recipe fits the model widths; the repository's examples/study is exactly what init writes."""
     write_study(tmp_path)
+    pilot = driver.load_plan(tmp_path / "pilot.toml")
+    assert {r.recipe for r in pilot} == {"bf16", "ufp4", "e2m1-ref", "bf16-order1"} and len(pilot) == 4 * 6 + 1
+    assert all(r.cfg.deterministic and r.cfg.corpus == data.PYTHON_PACKAGES for r in pilot)
+    assert {r.cfg.data_order for r in pilot if r.recipe == "bf16-order1"} == {1}
+    assert [r.label for r in pilot if r.repeat] == ["s2m/ufp4/seed0-repeat"]
+    assert 1e6 < pilot[0].cfg.gpt().params < 7e6
     runs = driver.load_plan(tmp_path / "plan.toml")
-    assert len(runs) == 3 * 6 * 3 + 3 * 3
-    assert {r.recipe for r in runs} == {"bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", *RECIPES}
-    by = {r.label: r for r in runs}
-    assert by["middle/ufp4/seed0"].cfg.capture_steps == (1, 1000, 2000) and by["large/ufp4/seed2"].cfg.lr == 1e-3
-    assert get_recipe(tmp_path / "recipes" / "ufp4-e4m3.toml").format == "ufp4-e4m3"
-    assert get_recipe(tmp_path / "recipes" / "ufp4-sr-all.toml").sr == ["x", "w", "dy"]
-    for name in RECIPES:  # every ablation recipe fits the model widths
+    factorial = {"e2m1-rht-wgrad", "e2m1-rht-all", "e1m2-rht-wgrad", "e1m2-rht-all"}
+    assert {r.recipe for r in runs} == {"bf16", "bf16-order1", "nvfp4", "mxfp4", "ufp4-e4m3"} | factorial
+    for r in runs:
+        assert 20 <= r.cfg.steps * r.cfg.batch * r.cfg.gpt().seq_len / r.cfg.gpt().params <= 80, r.label
+    cells = {name: get_recipe(tmp_path / "recipes" / f"{name}.toml") for name in factorial}
+    assert {(c.format, tuple(c.rht)) for c in cells.values()} == {
+        (f, r) for f in ("e2m1-b16-fp32", "ufp4") for r in (("wgrad",), ("fprop", "dgrad", "wgrad"))}
+    assert all(c.sr == ["dy"] for c in cells.values())
+    assert recipe_to_toml(cells["e1m2-rht-all"]).replace("e1m2-rht-all", "ufp4").split("\n")[2:] == \
+        recipe_to_toml(get_recipe("ufp4")).split("\n")[2:]  # the paper's UFP4 but for name and description
+    for name in RECIPES:  # every recipe fits the model widths
         build_model(TrainConfig(size="tiny", model=TINY, recipe=str(tmp_path / "recipes" / f"{name}.toml")))
-    with pytest.raises(InputError, match="exists"):
+    shipped = EXAMPLE.parent / "study"
+    assert {p.relative_to(shipped).as_posix(): p.read_text() for p in shipped.rglob("*.toml")} == study_files()
+
+
+def test_init_never_rewrites_user_files_without_force(tmp_path):
+    write_study(tmp_path)
+    edited = tmp_path / "recipes" / "e1m2-rht-all.toml"
+    edited.write_text("# mine\n")
+    (tmp_path / "plan.toml").unlink()
+    with pytest.raises(OutputError, match="exist"):
         write_study(tmp_path)
+    assert edited.read_text() == "# mine\n" and not (tmp_path / "plan.toml").exists()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    (tmp_path / "plan.toml").symlink_to(outside)  # --force replaces a planted link, never writes through it
+    write_study(tmp_path, force=True)
+    assert outside.read_text() == "keep" and not (tmp_path / "plan.toml").is_symlink()
+    assert edited.read_text() == study_files()["recipes/e1m2-rht-all.toml"]
 
 
 # ---- summary ----------------------------------------------------------------------------------------------------
@@ -467,6 +500,11 @@ def test_summarize_paired_statistics(tmp_path):
     (p_train,) = [p for p in s["paired"] if p["metric"] == "train"]
     assert p_train["a"] == "ufp4" and p_train["b"] == "e2m1-ref" and p_train["n"] == 3
     assert p_train["mean"] == pytest.approx(want) and p_train["se"] == pytest.approx(want_se)
+    assert p_train["ci_low"] == pytest.approx(want - 4.302653 * want_se, rel=1e-5)  # t(0.975, 2) = 4.302653
+    assert p_train["p"] == pytest.approx(summary.t_two_sided_p(want / want_se, 2))
+    assert p_train["p_holm"] == pytest.approx(p_train["p"])  # one training-loss row: Holm changes nothing
+    (p_held,) = [p for p in s["paired"] if p["metric"] == "heldout"]
+    assert math.isnan(p_held["p_holm"])
     assert len(s["notes"]) == 2 and any("seed 3" in n for n in s["notes"])
     assert any("mxfp4" in n and "differ" in n for n in s["notes"])
     out = tmp_path / "out"
@@ -504,8 +542,8 @@ def test_cli(monkeypatch, tmp_path, corpus_dir, capsys):
     assert _cli(monkeypatch, *args) == 0
     assert "done at step 2" in capsys.readouterr().out
     assert _cli(monkeypatch, "init", str(tmp_path / "study")) == 0
-    assert _cli(monkeypatch, "study", str(tmp_path / "study" / "plan.toml"), "--status", "--sizes", "small") == 0
-    assert "0 of 18 runs done" in capsys.readouterr().out
+    assert _cli(monkeypatch, "study", str(tmp_path / "study" / "pilot.toml"), "--status", "--seeds", "0") == 0
+    assert "0 of 5 runs done" in capsys.readouterr().out
     assert _cli(monkeypatch, "summarize", str(tmp_path / "r"), "--no-plots") == 0
 
 
@@ -534,3 +572,266 @@ def test_published_runs_are_those_of_their_plan(plan, runs):
         if want["model"] is None:  # the size's default shape
             want["model"] = json.loads(json.dumps(SIZES[r.size].__dict__))
         assert got == want, r.label
+
+
+# ---- corpus streaming and python-packages -----------------------------------------------------------------------
+
+
+def test_parts_read_windows_from_the_files_without_loading_them(corpus, corpus_dir):
+    whole = corpus.train.array()
+    assert whole.size == corpus.train.size == sum((corpus_dir / f).stat().st_size + 1 for f in corpus.train_files)
+    rng = np.random.default_rng(1)
+    for off, n in [(0, 1), (0, 700), (599, 3), (whole.size - 5, 5)] + \
+            [(int(o), int(k)) for o, k in zip(rng.integers(0, whole.size - 2000, 20), rng.integers(1, 2000, 20))]:
+        assert np.array_equal(corpus.train.read(off, n), whole[off:off + n]), (off, n)
+    for order in (0, 3):  # a part gives the windows of its bytes in memory
+        assert np.array_equal(data.train_batch(corpus.train, 2, 5, 4, 64, order),
+                              data.train_batch(whole, 2, 5, 4, 64, order))
+    assert not np.array_equal(data.train_batch(corpus.train, 2, 5, 4, 64, 1), data.train_batch(whole, 2, 5, 4, 64))
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=8)
+    h.update(whole.tobytes())
+    h.update(corpus.heldout.array().tobytes())
+    assert corpus.fingerprint == h.hexdigest()
+    with pytest.raises(InputError, match="outside"):
+        corpus.train.read(whole.size - 1, 2)
+
+
+def test_python_packages_corpus(tmp_path, monkeypatch):
+    """--corpus python-packages: every *.py under the interpreter's site-packages (nested site-packages,
+    __pycache__ and hidden folders skipped; file names that are not UTF-8 kept), the usual path-hash split, the
+    name and fingerprint recorded; a file that changes after loading is an error, not silently other data."""
+    site = tmp_path / "site-packages"
+    for i in range(30):
+        (site / f"pkg{i % 3}").mkdir(parents=True, exist_ok=True)
+        (site / f"pkg{i % 3}" / f"m{i}.py").write_text(f"x = {i}\n" * 50)
+    for skipped in ("__pycache__/c.py", ".hidden/h.py", "pkg0/site-packages/v.py", "pkg0/data.txt"):
+        (site / skipped).parent.mkdir(parents=True, exist_ok=True)
+        (site / skipped).write_text("skip me")
+    odd = os.fsdecode(b"pkg1/caf\xe9.py")  # a Latin-1 file name
+    (site / odd).write_text("y = 1\n" * 50)
+    monkeypatch.setattr(data, "site_packages_dir", lambda: site)
+    c = data.load_corpus(data.PYTHON_PACKAGES)
+    files = set(c.train_files) | set(c.heldout_files)
+    assert len(files) == 31 and odd in files and not any("skip" in (site / f).read_text() for f in files)
+    assert set(c.heldout_files) == ({f for f in files if data.is_heldout(f)} or {min(files, key=data.path_digest)})
+    assert c.describe()["name"] == "python-packages" and c.describe()["root"] == str(site)
+    assert c.fingerprint == data.load_corpus(site, "*.py").fingerprint
+    (site / c.train_files[0]).write_text("shorter")
+    with pytest.raises(InputError, match="changed since"):
+        c.train.array()
+
+
+def test_python_packages_is_a_plan_and_run_setting(tmp_path, corpus_dir, monkeypatch):
+    monkeypatch.setattr(data, "site_packages_dir", lambda: corpus_dir)
+    path = _plan(tmp_path, corpus_dir)
+    path.write_text(path.read_text().replace(f'corpus = "{corpus_dir}"', 'corpus = "python-packages"'))
+    runs = driver.select(driver.load_plan(path), seeds=[0], recipes=["bf16"])
+    assert runs[0].cfg.corpus == "python-packages"  # not taken relative to the plan's folder
+    train(replace(runs[0].cfg, progress=False))
+    meta = json.loads(Path(runs[0].cfg.out, "config.json").read_text())
+    assert meta["corpus"]["name"] == "python-packages"
+    assert meta["identity"]["corpus_fingerprint"] == data.load_corpus(corpus_dir, "*.py").fingerprint
+
+
+# ---- packed slices, code versions, reruns -----------------------------------------------------------------------
+
+
+def _two_runs(tmp_path, corpus_dir, out="runs"):
+    runs = driver.select(driver.load_plan(_plan(tmp_path, corpus_dir), out=tmp_path / out), seeds=[0])
+    return runs, driver.run_plan(runs, progress=False, say=lambda s: None)
+
+
+def test_pack_a_slice_and_run_only_what_is_missing(tmp_path, corpus_dir):
+    """A slice's results go into two small files; a later slice on a fresh machine skips what the packs hold as
+    done; a pack is never overwritten; summaries from packs equal those from the run folders."""
+    from fp4lab.study import pack
+
+    runs, done = _two_runs(tmp_path, corpus_dir)
+    paths = pack.pack_slice(done, tmp_path / "packs" / "slice1", {"command": ["test"]})
+    assert [p.name for p in paths] == ["runs.jsonl", "slice.json"]
+    assert sum(p.stat().st_size for p in paths) < 20_000
+    with pytest.raises(OutputError, match="written once"):
+        pack.pack_slice(done, tmp_path / "packs" / "slice1", {})
+    records = pack.load_packs(tmp_path / "packs")
+    assert [r["label"] for _, r in records] == [r.label for r in runs]
+    assert all(r["status"] == "done" and r["identity"]["code_version"] == code_version() for _, r in records)
+    assert json.loads(paths[1].read_text())["runs"] == {r.label: "done" for r in runs}
+    # a fresh machine: no run folders, the packs say both are done
+    fresh = driver.select(driver.load_plan(_plan(tmp_path, corpus_dir), out=tmp_path / "fresh"), seeds=[0, 1])
+    skip = pack.done_runs(records, fresh)
+    assert sorted(skip) == sorted(r.label for r in runs)
+    said: list[str] = []
+    out = driver.run_plan(fresh, progress=False, say=said.append, skip=frozenset(skip))
+    assert [s for _, s in out] == ["done (packed)", "done (packed)", "done", "done"]
+    assert all("seed1" in line for line in said) and not Path(fresh[0].cfg.out).exists()
+    a = summary.summarize(tmp_path / "runs", tmp_path / "s1", pairs=(("ufp4", "bf16"),), plots=False)
+    b = summary.summarize(tmp_path / "packs", tmp_path / "s2", pairs=(("ufp4", "bf16"),), plots=False)
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("s1", "s2"))
+    assert a["gaps"] == b["gaps"] and a["paired"] == b["paired"] and len(a["gaps"]) == 2
+
+
+def test_packs_of_another_code_version_or_settings_are_refused(tmp_path, corpus_dir, monkeypatch):
+    from fp4lab.study import pack
+
+    runs, done = _two_runs(tmp_path, corpus_dir)
+    pack.pack_slice(done, tmp_path / "packs" / "a", {})
+    records = pack.load_packs(tmp_path / "packs")
+    other = driver.select(driver.load_plan(_plan(tmp_path, corpus_dir), out=tmp_path / "o"), seeds=[0])
+    monkeypatch.setattr(pack, "code_version", lambda: "0.1.0+000000000000")
+    with pytest.raises(InputError, match="one study, one code version"):
+        pack.done_runs(records, other)
+    monkeypatch.undo()
+    changed = [replace(r, cfg=replace(r.cfg, lr=1e-3)) for r in other]
+    with pytest.raises(InputError, match="lr = 0.003"):
+        pack.done_runs(records, changed)
+    with pytest.raises(InputError, match="trained on corpus"):
+        pack.done_runs(records, other, fingerprint=lambda cfg: "0" * 16)
+    assert sorted(pack.done_runs(records, other, fingerprint=lambda cfg: data.load_corpus(
+        cfg.corpus, cfg.corpus_glob).fingerprint)) == sorted(r.label for r in other)
+    pack.pack_slice(done, tmp_path / "packs" / "b", {})  # the same finished runs packed twice
+    with pytest.raises(InputError, match="finished in both"):
+        pack.done_runs(pack.load_packs(tmp_path / "packs"), other)
+    bad = tmp_path / "bad" / "runs.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"label": "x"}\n')
+    with pytest.raises(InputError, match="runs.jsonl:1 is not a packed run"):
+        pack.load_packs(bad.parent)
+
+
+def test_summarize_refuses_mixed_versions_corpora_and_duplicates(tmp_path, corpus_dir):
+    from fp4lab.study import pack
+
+    runs, done = _two_runs(tmp_path, corpus_dir)
+    pack.pack_slice(done, tmp_path / "runs" / "pack", {})
+    with pytest.raises(InputError, match="is in both"):  # a run folder and its pack: a rerun would hide one
+        summary.summarize(tmp_path / "runs", tmp_path / "s", plots=False)
+    (tmp_path / "runs" / "pack" / "runs.jsonl").unlink()
+    cfg_path = Path(runs[1].cfg.out, "config.json")
+    meta = json.loads(cfg_path.read_text())
+    meta["identity"]["code_version"] = "0.0.9+abc"
+    cfg_path.write_text(json.dumps(meta))
+    with pytest.raises(InputError, match="2 code versions"):
+        summary.summarize(tmp_path / "runs", tmp_path / "s", plots=False)
+    s = summary.summarize(tmp_path / "runs", tmp_path / "s", plots=False, code_version=code_version())
+    assert [r["recipe"] for r in s["runs"]] == ["bf16"]
+    meta["identity"]["code_version"] = code_version()
+    meta["identity"]["corpus_fingerprint"] = "0" * 16
+    cfg_path.write_text(json.dumps(meta))
+    with pytest.raises(InputError, match="2 corpora"):
+        summary.summarize(tmp_path / "runs", tmp_path / "s", plots=False)
+
+
+def test_negative_control_and_repeat_check(tmp_path, corpus_dir):
+    """A labelled bf16 group with another data order pairs with bf16 (the negative control); a repeat group trains
+    the same run again, stays out of the gaps, and repeats.csv finds it identical bit for bit (CPU)."""
+    path = _plan(tmp_path, corpus_dir, recipes=("bf16",))
+    path.write_text(path.read_text().split("[[runs]]")[0] + """
+[[runs]]
+sizes = ["tiny"]
+recipes = ["bf16", "ufp4"]
+seeds = [0]
+[[runs]]
+sizes = ["tiny"]
+recipes = ["bf16"]
+label = "bf16-order1"
+seeds = [0]
+train = { data_order = 1 }
+[[runs]]
+sizes = ["tiny"]
+recipes = ["ufp4"]
+seeds = [0]
+repeat = true
+""")
+    runs = driver.load_plan(path)
+    assert [r.label for r in runs] == ["tiny/bf16/seed0", "tiny/ufp4/seed0", "tiny/bf16-order1/seed0",
+                                       "tiny/ufp4/seed0-repeat"]
+    assert Path(runs[3].cfg.out).name == "seed0-repeat" and runs[3].cfg.replica == 1
+    driver.run_plan(runs, progress=False, say=lambda s: None)
+    s = summary.summarize(tmp_path / "runs", tmp_path / "s", plots=False, pairs=(("bf16-order1", "ufp4"),))
+    gaps = {(g["recipe"], g["metric"]) for g in s["gaps"]}
+    assert gaps == {(r, m) for r in ("ufp4", "bf16-order1") for m in ("train", "heldout")}
+    neg = next(g for g in s["gaps"] if g["recipe"] == "bf16-order1" and g["metric"] == "train")
+    assert neg["mean"] != 0  # another data order: other losses
+    assert s["repeats"] == [{"size": "tiny", "recipe": "ufp4", "seed": 0, "rows": 2, "identical": True,
+                             "max_abs_diff": 0.0}]
+    assert "bf16-order1 − ufp4" in (tmp_path / "s" / "summary.md").read_text()
+    with pytest.raises(InputError, match="a label names one recipe"):
+        path.write_text(path.read_text().replace('recipes = ["bf16"]\nlabel', 'recipes = ["bf16", "ufp4"]\nlabel'))
+        driver.load_plan(path)
+
+
+def test_a_run_records_code_version_and_determinism(tmp_path, corpus_dir, corpus):
+    cfg = _cfg(tmp_path, corpus_dir, steps=4, diag_every=0)
+    train(cfg, stop_at=2, corpus=corpus)
+    train(replace(cfg, deterministic=True), corpus=corpus)  # one session without: the run is not deterministic
+    done = json.loads(Path(cfg.out, "done.json").read_text())
+    assert done["code_version"] == code_version() and done["deterministic"] is False
+    det = _cfg(tmp_path, corpus_dir, "det", steps=4, diag_every=0, deterministic=True)
+    train(det, stop_at=2, corpus=corpus)
+    train(det, corpus=corpus)
+    assert json.loads(Path(det.out, "done.json").read_text())["deterministic"] is True
+    assert json.loads(Path(det.out, "config.json").read_text())["identity"]["code_version"] == code_version()
+    assert re.fullmatch(r"\d+\.\d+\.\d+\+[0-9a-f]{12}", code_version())
+
+
+def test_final_window_is_the_papers():
+    """The final 1000 steps, or the final 10% of the evaluations if that is shorter."""
+    steps = list(range(50, 20001, 50))  # 400 evaluations, 20000 steps: 10% = 2000 steps > 1000
+    assert summary.window_size(len(steps), 0.1, steps, 1000) == 20
+    short = list(range(50, 4601, 50))  # 92 evaluations: 10% = 10 of them (500 steps) < 1000 steps
+    assert summary.window_size(len(short), 0.1, short, 1000) == 10
+    assert summary.window_size(len(steps), 0.1, steps, None) == 40
+
+
+def test_seeds_needed_matches_the_exact_paired_t_test():
+    """Exact sample sizes of the two-sided paired t-test at 80% power (noncentral t; e.g. G*Power): effect
+    size 1 -> 10 pairs, 0.5 -> 34, 0.25 -> 128 at level 0.05."""
+    assert summary.seeds_needed(0.3, 0.3) == 10
+    assert summary.seeds_needed(0.6, 0.3) == 34
+    assert summary.seeds_needed(1.2, 0.3) == 128
+    assert summary.seeds_needed(0.3, 0.3, alpha=0.05 / 8) > summary.seeds_needed(0.3, 0.3)
+    assert summary.seeds_needed(float("nan")) is None
+
+
+def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, capsys):
+    """--procs N: N shard processes (one here: each imports torch), then one pack of every run; a later call with
+    --done-from runs nothing. The shard command lines: tests/test_study_hostile.py."""
+    plan = _plan(tmp_path, corpus_dir, recipes=("bf16",))
+    assert _cli(monkeypatch, "study", str(plan), "--procs", "1", "--seeds", "0,1", "--recipes", "bf16",
+                "--pack", str(tmp_path / "p1")) == 0
+    assert "2 of 2 runs done" in capsys.readouterr().out
+    info = json.loads((tmp_path / "p1" / "slice.json").read_text())
+    assert info["runs"] == {"tiny/bf16/seed0": "done", "tiny/bf16/seed1": "done"}
+    assert list(info["logs"]) == ["shard0"] and info["logs"]["shard0"].startswith("exit 0: [1/2] tiny/bf16/seed0")
+    assert _cli(monkeypatch, "study", str(plan), "--out", str(tmp_path / "fresh"), "--seeds", "0,1", "--recipes",
+                "bf16", "--done-from", str(tmp_path / "p1")) == 0
+    assert "2 of 2 runs done" in capsys.readouterr().out and not (tmp_path / "fresh").exists()
+
+
+def test_t_distribution_and_holm():
+    """Student's t against tabulated values, and Holm's adjustment on a worked example."""
+    for t, df, p in ((2.228139, 10, 0.05), (12.7062, 1, 0.05), (1.0, 1, 0.5), (2.0, 1e9, 0.0455003)):
+        assert summary.t_two_sided_p(t, df) == pytest.approx(p, rel=1e-4)
+    assert summary.t_quantile(0.975, 10) == pytest.approx(2.228139, rel=1e-5)
+    assert summary.t_quantile(0.975, 3) == pytest.approx(3.182446, rel=1e-5)
+    assert summary.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert summary.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+
+
+def test_interaction_contrast(tmp_path):
+    """A:B:C:D gives (gap_A - gap_B) - (gap_C - gap_D) per seed."""
+    root = tmp_path / "runs"
+    g = {"a": [1.0, 2.0, 1.5], "b": [0.5, 0.5, 1.0], "c": [2.0, 1.0, 3.0], "d": [0.0, 0.5, 0.5]}
+    for seed in range(3):
+        _fake_run(root, "s", "bf16", seed, [(2.0, 2.0)] * 10)
+        for label, gaps in g.items():
+            recipe = {"a": "ufp4", "b": "e2m1-ref", "c": "nvfp4", "d": "mxfp4"}[label]
+            _fake_run(root, "s", recipe, seed, [(2.0 * (1 + gaps[seed] / 100), 2.0)] * 10)
+    s = summary.summarize(root, tmp_path / "out", plots=False, pairs=(("ufp4", "e2m1-ref", "nvfp4", "mxfp4"),))
+    (row,) = [p for p in s["paired"] if p["metric"] == "train"]
+    want = [(g["a"][i] - g["b"][i]) - (g["c"][i] - g["d"][i]) for i in range(3)]
+    assert row["a"] == "(ufp4 − e2m1-ref)" and row["b"] == "(nvfp4 − mxfp4)"
+    assert row["mean"] == pytest.approx(sum(want) / 3)
+    assert [float(x) for x in row["diffs"].split()] == pytest.approx(want, rel=1e-5)

@@ -64,7 +64,8 @@ def test_rows_match_the_analysis_functions(folder, rows):
 def test_rotation_hurts_e2m1_and_helps_ufp4_on_laplace_activations(rows):
     """The paper's §5.2 reversal (its fc2/fwd_x: E2M1 -1.90 dB, E1M2 +3.25 dB): RHT moves mass into E2M1's
     asymmetric bins but flattens the distribution for the uniform grid."""
-    d = {r["format"]: r["delta_sqnr_db"] for r in rows if r["layer"] == "blocks.0.mlp.down" and r["quantity"] == "fwd_x"}
+    d = {r["format"]: r["delta_sqnr_db"] for r in rows
+         if r["layer"] == "blocks.0.mlp.down" and r["quantity"] == "fwd_x"}
     assert d["e2m1-b16-fp32"] < -0.2 and d["ufp4"] > 1.0
     # Gaussian activations: a rotation changes little for either grid
     g = [r["delta_sqnr_db"] for r in rows if r["layer"] == "blocks.0.attn.qkv" and r["quantity"] == "fwd_x"]

@@ -1,8 +1,9 @@
 """The paper's RHT diagnostics (§5.2, Appendix A, Fig. 12) on operands captured during training.
 
 A capture folder (``<run>/captures/step_<step>/``, written by ``fp4lab.study.diagnostics``) holds, per linear
-layer ``L``, ``L.x.npy`` (X: [M, K], tokens x in), ``L.w.npy`` (W: [N, K]) and ``L.dy.npy`` (dY: [M, N]). For
-each format and each quantity, quantized with RTNE and 1-D blocks along the reduction dimension, without a
+layer ``L``, ``L.x.npy`` (X: [M, K], tokens x in), ``L.w.npy`` (W: [N, K]) and ``L.dy.npy`` (dY: [M, N]), read
+with fp4lab's checked loader (``fp4lab.analysis.tensors_io.load_tensor``: sizes and dtypes checked, no pickles).
+For each format and each quantity, quantized with RTNE and 1-D blocks along the reduction dimension, without a
 rotation (``I``) and with a 16-point random Hadamard transform (``H``, seed ``rht_seed``) along that dimension:
 
 * tensors ``fwd_x`` (X along K), ``fwd_w`` (W along K) and ``bwd_dy`` (dY along N, as DGRAD blocks it):
@@ -18,6 +19,7 @@ are grouped into the paper's families by the last part of their name (``FAMILIES
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -27,7 +29,9 @@ import numpy as np
 
 import fp4lab
 from fp4lab.analysis import gemm, metrics
+from fp4lab.analysis.tensors_io import load_tensor
 from fp4lab.errors import InputError
+from fp4lab.study.logs import write_text
 
 TENSORS: dict[str, tuple[str, int]] = {"fwd_x": ("x", 1), "fwd_w": ("w", 1), "bwd_dy": ("dy", 1)}
 GEMM_OUTPUTS: dict[str, str] = {"fwd_y": "fprop", "bwd_dx": "dgrad", "bwd_dw": "wgrad"}
@@ -54,7 +58,7 @@ def load_layers(folder: str | Path) -> dict[str, dict[str, np.ndarray]]:
         m = _LAYER.match(path.name)
         if m:
             found[m["layer"]][m["operand"]] = path
-    layers = {name: {op: np.load(p, allow_pickle=False).astype(np.float32) for op, p in ops.items()}
+    layers = {name: {op: load_tensor(p) for op, p in ops.items()}  # checked loader: sizes, dtypes, no pickles
               for name, ops in found.items() if len(ops) == 3}
     if not layers:
         raise InputError(f"captures: {base} holds no complete layer (<layer>.x.npy, .w.npy and .dy.npy)")
@@ -112,10 +116,11 @@ def write(rows: list[dict[str, Any]], dest: str | Path, title: str = "", plot: b
     except OSError as exc:
         raise InputError(f"captures: cannot write to {out}: {exc.strerror}") from None
     paths = [out / "rht_effects.csv", out / "rht_effects.md"]
-    with open(paths[0], "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=COLUMNS)
+    w.writeheader()
+    w.writerows({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
+    write_text(paths[0], text.getvalue())
     means = family_means(rows)
     formats = list(dict.fromkeys(r["format"] for r in rows))
     order = list(FAMILIES.values())
@@ -132,7 +137,7 @@ def write(rows: list[dict[str, Any]], dest: str | Path, title: str = "", plot: b
             n = next((c[1] for c in cells if c), 0)
             lines.append(f"| {fam} | {n} | " + " | ".join(f"{c[0]:+.2f}" if c else "" for c in cells) + " |")
         lines.append("")
-    paths[1].write_text("\n".join(lines))
+    write_text(paths[1], "\n".join(lines))
     if plot:
         from fp4lab.study.plots import rht_heatmap
 

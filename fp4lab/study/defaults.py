@@ -1,87 +1,181 @@
-"""The default study: its plan file and the recipe files it needs beyond the built-ins.
+"""The default study (docs/study.md, "Study design"): its plan files and the recipe files they need beyond the
+built-ins.
 
-``write_study(folder)`` writes ``folder/plan.toml`` and ``folder/recipes/*.toml``; run folders go to
-``folder/runs``. Edit the plan (steps, batch, seeds) before the first run: a run's settings are fixed once it has
-started (``fp4lab.study.train``).
+``write_study(folder)`` writes ``folder/pilot.toml`` (the pilot: throughput and the paired standard deviation that
+sets the number of seeds), ``folder/lr_sweep.toml`` (the learning rate per size, on bf16), ``folder/plan.toml``
+(the study: the 2x2 factorial of grid x RHT scope, the positive and negative controls, the repeat check) and
+``folder/recipes/*.toml`` (the four factorial cells and UFP4 with UE4M3 scales). It writes nothing if any of those
+files exists, unless ``force``; files are written atomically and a symlink in their place is replaced, not
+followed. Edit a plan (steps, seeds, lr) before its first run: a run's settings are fixed once it has started
+(``fp4lab.study.train``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fp4lab.errors import InputError
+from fp4lab.errors import OutputError
+from fp4lab.study.logs import write_text
 
-PLAN = """\
-# Pretraining study of the 4-bit recipes (docs/study.md). Paths are relative to this file's folder.
-out = "runs"
+_COMMON = """\
+corpus = "python-packages"   # every *.py under this interpreter's site-packages (docs/study.md, "Corpus")
 
 [train]                      # fields of fp4lab.study.train.TrainConfig shared by every run
 batch = 32                   # sequences of 512 bytes: 16384 tokens per step
-lr = 2e-3
-warmup = 100
-eval_every = 100
-eval_tokens = 131072
-diag_every = 500             # alpha per layer, operand and GEMM
-ckpt_every = 250
-keep_checkpoint = false      # delete the checkpoint once a run is done (only the logs are needed)
-
-[sizes.small]                # 10.8M parameters (fp4lab.study.model.SIZES)
-steps = 2000
-[sizes.middle]               # 41.2M
-steps = 2000
-[sizes.large]                # 113.7M
-steps = 2000
-lr = 1e-3
-
-[[runs]]                     # the main study: six recipes, three sizes, three paired seeds
-sizes = ["small", "middle", "large"]
-recipes = ["bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "recipes/ufp4-e4m3.toml"]
-seeds = [0, 1, 2]
-
-[[runs]]                     # ablations of UFP4 at one size: RHT scope (none / WGRAD / all = ufp4), SR scope
-sizes = ["middle"]
-recipes = ["recipes/ufp4-rht-none.toml", "recipes/ufp4-rht-wgrad.toml", "recipes/ufp4-sr-all.toml"]
-seeds = [0, 1, 2]
-
-[[runs]]                     # operand captures for fp4lab compare: seed 0 of the main recipes, middle size
-sizes = ["middle"]
-recipes = ["bf16", "e2m1-ref", "ufp4"]
-seeds = [0]
-train = { capture_steps = [1, 1000, 2000] }
+warmup = 200
+eval_every = 50
+eval_tokens = 65536
+diag_every = 0               # no alpha diagnostics (they cost time; the operand mechanism is measured elsewhere)
+ckpt_every = 500
+keep_checkpoint = false
+deterministic = true         # every run; the repeat group checks that a run repeats bit for bit
+"""
+_S2M = "model = { d_model = 192, layers = 4, heads = 6, ffn = 512, seq_len = 512 }"
+_S3M = "model = { d_model = 256, layers = 4, heads = 8, ffn = 704, seq_len = 512 }"
+# study lengths: 40 and 20 tokens per parameter (batch 32 x 512 bytes per step); to be checked against the pilot
+_STUDY_SIZES = f"""
+[sizes.s2m]                  # 1.87M parameters; 4560 steps = 74.7M tokens = 40 tokens per parameter
+{_S2M}
+steps = 4560
+lr = 2e-3                    # from lr_sweep.toml
+[sizes.s3m]                  # 3.34M parameters; 4100 steps = 67.2M tokens = 20 tokens per parameter
+{_S3M}
+steps = 4100
+lr = 2e-3                    # from lr_sweep.toml
 """
 
-_UFP4 = """rht_size = 16
+PILOT = """\
+# Pilot of the pretraining study (docs/study.md, "Study design"): throughput, the repeat check, and the paired
+# standard deviation of the negative control (bf16 vs bf16 with another data order) and of ufp4 vs e2m1-ref,
+# which set the number of seeds of plan.toml. Paths are relative to this file's folder.
+out = "pilot-runs"
+""" + _COMMON + f"""lr = 2e-3
+
+[sizes.s2m]                  # 1.87M parameters; 1000 steps = 16.4M tokens = 8.8 tokens per parameter, sized so
+{_S2M}
+steps = 1000                 # that 25 runs fit one 9-minute slice on one H200 (13 processes, 2 runs each)
+""" + """
+[[runs]]                     # the repeat check (first, so that it starts at once): the same run again must
+sizes = ["s2m"]              # give the same bits
+recipes = ["ufp4"]
+seeds = [0]
+repeat = true
+
+[[runs]]
+sizes = ["s2m"]
+recipes = ["bf16", "ufp4", "e2m1-ref"]
+seeds = [0, 1, 2, 3, 4, 5]
+
+[[runs]]                     # negative control: bf16 with another order of the same batches' distribution
+sizes = ["s2m"]
+recipes = ["bf16"]
+label = "bf16-order1"
+seeds = [0, 1, 2, 3, 4, 5]
+train = { data_order = 1 }
+"""
+
+_LR_GROUPS = "".join(f"""
+[[runs]]
+sizes = ["s2m", "s3m"]
+recipes = ["bf16"]
+label = "bf16-lr{tag}"
+seeds = [0, 1]
+train = {{ lr = {lr} }}
+""" for tag, lr in (("1e-3", "1e-3"), ("2e-3", "2e-3"), ("4e-3", "4e-3"), ("8e-3", "8e-3")))
+
+LR_SWEEP = """\
+# Learning-rate sweep on bf16, per size (docs/study.md, "Study design"): the lr with the lowest final-window
+# training loss (mean over the two seeds) goes into plan.toml for that size and is then held fixed for every
+# recipe. Steps as in plan.toml. Paths are relative to this file's folder.
+out = "lr-runs"
+""" + _COMMON + _STUDY_SIZES.replace("lr = 2e-3                    # from lr_sweep.toml\n", "") + _LR_GROUPS
+
+PLAN = """\
+# The pretraining study (docs/study.md, "Study design"). Before the first run: set steps per size from the
+# pilot's throughput (20-80 tokens per parameter, one run per 10-minute slice), lr per size from lr_sweep.toml,
+# and seeds from the pilot's paired standard deviation (80% power at 0.3 points). Paths are relative to this
+# file's folder.
+out = "runs"
+""" + _COMMON + _STUDY_SIZES + """
+[[runs]]                     # confirmatory cells: 2x2 factorial (grid x RHT scope, SR on dY in all four),
+sizes = ["s2m", "s3m"]       # positive controls nvfp4 and mxfp4, and the bf16 baseline
+recipes = ["bf16", "recipes/e2m1-rht-wgrad.toml", "recipes/e2m1-rht-all.toml", "recipes/e1m2-rht-wgrad.toml",
+           "recipes/e1m2-rht-all.toml", "nvfp4", "mxfp4"]
+seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+
+[[runs]]                     # negative control: bf16 with another data order
+sizes = ["s2m", "s3m"]
+recipes = ["bf16"]
+label = "bf16-order1"
+seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+train = { data_order = 1 }
+
+[[runs]]                     # the repeat check, one per size
+sizes = ["s2m", "s3m"]
+recipes = ["recipes/e1m2-rht-all.toml"]
+seeds = [0]
+repeat = true
+
+[[runs]]                     # exploratory (outside the corrected family): UFP4 with UE4M3 two-level scales
+sizes = ["s2m", "s3m"]
+recipes = ["recipes/ufp4-e4m3.toml"]
+seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+"""
+
+PLANS: dict[str, str] = {"pilot.toml": PILOT, "lr_sweep.toml": LR_SWEEP, "plan.toml": PLAN}
+
+_TAIL = """rht_size = 16
 rht_seed = 0
 rht_signs = "fixed"
+sr = ["dy"]
 sr_bits = 16
 gemm_dtype = "bf16"
 high_precision = []
 """
 
+
+def _recipe(name: str, description: str, fmt: str, rht: str) -> str:
+    return f'name = "{name}"\ndescription = "{description}"\nformat = "{fmt}"\nrht = {rht}\n' + _TAIL
+
+
+_ALL, _WGRAD = '["fprop", "dgrad", "wgrad"]', '["wgrad"]'
 RECIPES: dict[str, str] = {
-    "ufp4-e4m3": 'name = "ufp4-e4m3"\ndescription = "UFP4 with two-level scales: E1M2 grid, 1x16 UE4M3 block scales '
-                 'and an FP32 tensor scale, RHT-16 on all GEMMs, SR on dY."\nformat = "ufp4-e4m3"\n'
-                 'rht = ["fprop", "dgrad", "wgrad"]\nsr = ["dy"]\n' + _UFP4,
-    "ufp4-rht-none": 'name = "ufp4-rht-none"\ndescription = "UFP4 without the RHT (SR on dY)."\nformat = "ufp4"\n'
-                     'rht = []\nsr = ["dy"]\n' + _UFP4,
-    "ufp4-rht-wgrad": 'name = "ufp4-rht-wgrad"\ndescription = "UFP4 with RHT-16 on WGRAD only (SR on dY)."\n'
-                      'format = "ufp4"\nrht = ["wgrad"]\nsr = ["dy"]\n' + _UFP4,
-    "ufp4-sr-all": 'name = "ufp4-sr-all"\ndescription = "UFP4, RHT-16 on all GEMMs, SR on X, W and dY."\n'
-                   'format = "ufp4"\nrht = ["fprop", "dgrad", "wgrad"]\nsr = ["x", "w", "dy"]\n' + _UFP4,
+    "e2m1-rht-wgrad": _recipe("e2m1-rht-wgrad", "E2M1 grid, 1x16 FP32 scales, RHT-16 on WGRAD only, SR on dY "
+                              "(the paper's E2M1 reference).", "e2m1-b16-fp32", _WGRAD),
+    "e2m1-rht-all": _recipe("e2m1-rht-all", "E2M1 grid, 1x16 FP32 scales, RHT-16 on all GEMMs, SR on dY.",
+                            "e2m1-b16-fp32", _ALL),
+    "e1m2-rht-wgrad": _recipe("e1m2-rht-wgrad", "E1M2 grid (UFP4), 1x16 FP32 scales, RHT-16 on WGRAD only, SR on "
+                              "dY.", "ufp4", _WGRAD),
+    "e1m2-rht-all": _recipe("e1m2-rht-all", "E1M2 grid (UFP4), 1x16 FP32 scales, RHT-16 on all GEMMs, SR on dY "
+                            "(the paper's UFP4).", "ufp4", _ALL),
+    "ufp4-e4m3": _recipe("ufp4-e4m3", "UFP4 with two-level scales: E1M2 grid, 1x16 UE4M3 block scales and an FP32 "
+                         "tensor scale, RHT-16 on all GEMMs, SR on dY.", "ufp4-e4m3", _ALL),
 }
 
 
-def write_study(folder: str | Path, force: bool = False) -> list[Path]:
-    """Write the default plan and its recipe files into ``folder``; returns the paths written."""
-    base = Path(folder)
-    plan = base / "plan.toml"
-    if plan.exists() and not force:
-        raise InputError(f"init: {plan} exists; edit it, or pass force to overwrite the plan and recipes")
-    (base / "recipes").mkdir(parents=True, exist_ok=True)
-    written = [plan]
-    plan.write_text(PLAN)
+def study_files() -> dict[str, str]:
+    """{relative path: text} of every file ``write_study`` writes."""
+    files = dict(PLANS)
     for name, text in RECIPES.items():
-        path = base / "recipes" / f"{name}.toml"
-        path.write_text(f"# {name}: written by fp4lab.study.defaults. Field reference: docs/recipes.md.\n{text}")
-        written.append(path)
-    return written
+        files[f"recipes/{name}.toml"] = (f"# {name}: written by fp4lab.study.defaults. Field reference: "
+                                         f"docs/recipes.md.\n{text}")
+    return files
+
+
+def write_study(folder: str | Path, force: bool = False) -> list[Path]:
+    """Write the default plans and their recipe files into ``folder``; returns the paths written."""
+    base = Path(folder)
+    files = {base / rel: text for rel, text in study_files().items()}
+    there = [p for p in files if p.exists() or p.is_symlink()]
+    if there and not force:
+        shown = ", ".join(str(p) for p in there[:3]) + (f" and {len(there) - 3} more" if len(there) > 3 else "")
+        raise OutputError(f"init: {shown} exist(s); edit them, or pass --force to overwrite the plans and recipes")
+    try:
+        (base / "recipes").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"init: cannot create {base / 'recipes'}: {exc.strerror}") from None
+    for path, text in files.items():
+        if path.is_dir():
+            raise OutputError(f"init: {path} is a folder")
+        write_text(path, text)
+    return list(files)

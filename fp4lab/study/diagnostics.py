@@ -29,6 +29,7 @@ import torch
 import fp4lab
 from fp4lab.analysis import metrics
 from fp4lab.recipes.linear import QuantLinear
+from fp4lab.study.logs import write_with
 
 USES: dict[str, tuple[tuple[str, str], ...]] = {
     "x": (("fprop", "k"), ("wgrad", "m")),
@@ -61,7 +62,13 @@ def operand_alpha(layer: QuantLinear, t: torch.Tensor, operand: str, gemm: str, 
 
 def _save(directory: Path, name: str, operand: str, t: torch.Tensor) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    np.save(directory / f"{name}.{operand}.npy", t.detach().float().cpu().numpy())
+    array = t.detach().float().cpu().numpy()
+
+    def dump(tmp: Path) -> None:
+        with tmp.open("wb") as f:
+            np.save(f, array)
+
+    write_with(directory / f"{name}.{operand}.npy", dump)
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.errors import InputError
+from fp4lab.study.logs import write_with
 
 
 def _pyplot() -> Any:
@@ -21,6 +22,11 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig: Any, path: Path, **kw: Any) -> None:
+    """``fig`` as a PNG at ``path``, written atomically (``fp4lab.study.logs``)."""
+    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, **kw))
 
 
 def _colors(plt: Any, recipes: set[str]) -> dict[str, Any]:
@@ -62,7 +68,7 @@ def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
         axes[0, col].legend(fontsize=7)
         axes[1, col].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -88,7 +94,7 @@ def gap_vs_size(gap_rows: list[dict[str, Any]], path: Path) -> None:
         ax.axhline(0, color="gray", lw=0.5)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -113,5 +119,5 @@ def rht_heatmap(means: dict[tuple[str, str, str], tuple[float, int]], formats: l
     fig.colorbar(im, ax=axes[0].tolist(), label=f"ΔSQNR, RHT-{rht} vs none (dB)")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    _save(fig, path, bbox_inches="tight")
     plt.close(fig)

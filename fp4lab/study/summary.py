@@ -2,18 +2,37 @@
 
 Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.csv``):
 
-* final window: the last ``ceil(window * n)`` of a run's ``n`` evaluations (at least one; ``window = 0.1``);
+* final window: the last ``ceil(window * n)`` of a run's ``n`` evaluations (at least one; ``window = 0.1``), and
+  at most those that end within the final ``window_steps`` steps (default 1000): the paper's window, the final
+  1000 steps or the final 10% of the run if that is shorter;
 * relative gap of a finished run to the finished baseline run (bf16) of the same size and seed, whose
   configuration agrees except for the recipe: ``gap = 100 * mean over the window of (L_run - L_bf16) / L_bf16``
   (the two runs evaluate at the same steps);
 * per (size, recipe): mean and standard error ``SE = sd / sqrt(n)`` (sd with n - 1) of the gap over seeds;
 * paired difference of recipes A and B (e.g. ufp4 minus e2m1-ref) per seed: ``d = gap_A - gap_B`` in percentage
-  points, with mean and SE over the seeds that have both (same batches and initial weights per seed).
+  points (an interaction ``(A, B, C, D)``: ``d = (gap_A - gap_B) - (gap_C - gap_D)``), with mean, sd and SE over
+  the seeds that have all of them (same batches and initial weights per seed), and
+  ``seeds_needed``: the paired seeds for a two-sided paired t-test at level ``alpha`` to detect a difference of
+  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``);
+* for each paired difference: the 95% confidence interval ``mean ± t(0.975, n - 1) * SE``, the two-sided p-value
+  of the paired t-test (``t = mean / SE``, Student's t with n - 1 degrees of freedom), and ``p_holm``, Holm's
+  step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
+  the summary; held-out rows get no adjusted p-value.
 
-Files written into ``dest``: ``runs.csv``, ``gaps.csv``, ``paired.csv``, ``alpha.csv`` (per run, the last
-diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``summary.json`` (all of it,
-with notes on runs left out), ``summary.md`` (tables) and, with matplotlib, ``loss_curves.png`` and
-``gap_vs_size.png`` (``fp4lab.study.plots``).
+Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl``, ``fp4lab.study.pack``)
+under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the recipe's name). The
+summary refuses (one-line ``InputError``) runs of more than one code version or corpus fingerprint (pass
+``code_version`` to keep one version), and a run found twice (same size, label, seed and replica): a rerun never
+replaces a result silently. Two runs are paired when their identities agree except for the recipe and
+``data_order`` (the negative control differs from its baseline only in the data order). Repeats (``replica`` 1)
+stay out of the gaps; ``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for
+bit.
+
+Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean training throughput of a run's
+evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``,
+``alpha.csv`` (per run, the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM),
+``repeats.csv``, ``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with
+matplotlib, ``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``).
 """
 
 from __future__ import annotations
@@ -24,24 +43,30 @@ import tomllib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from fp4lab.errors import InputError
-from fp4lab.study.logs import read_csv, write_csv, write_json
+from fp4lab.study import pack
+from fp4lab.study.logs import last_step_rows, read_csv, write_csv, write_json, write_text
 
 METRICS: tuple[str, ...] = ("train", "heldout")
-RUN_COLUMNS = ("size", "recipe", "seed", "status", "params", "steps", "tokens", "final_train", "final_heldout",
-               "window_train", "window_heldout", "gap_train", "gap_heldout", "elapsed_s", "folder")
-GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "se")
-PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "se", "seeds", "diffs")
+RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
+               "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "tokens_per_s",
+               "elapsed_s", "folder")
+GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
+PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "ci_low", "ci_high", "p", "p_holm",
+                "seeds_needed", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
+REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
+UNPAIRED_FIELDS = frozenset({"recipe_toml", "data_order"})
 
 
 @dataclass
 class RunLog:
     """A run folder's configuration and evaluation rows."""
 
-    folder: Path
+    folder: str | Path            # a run folder, or ``<runs.jsonl>:<line>`` of a packed run
     size: str
     recipe: str
     seed: int
@@ -50,6 +75,17 @@ class RunLog:
     identity: dict[str, Any]
     rows: list[dict[str, Any]]
     elapsed_s: float | None
+    alpha: list[dict[str, Any]]   # alpha.csv rows of the last diagnostic step
+    replica: int = 0
+    status: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return self.size, self.recipe, self.seed, self.replica
+
+    @property
+    def code_version(self) -> str:
+        return str(self.identity.get("code_version", "unknown"))
 
     def loss(self, metric: str) -> list[float]:
         return [float(r[f"{metric}_loss"]) for r in self.rows]
@@ -58,27 +94,78 @@ class RunLog:
         return [int(r["step"]) for r in self.rows]
 
 
-def load_runs(root: str | Path) -> list[RunLog]:
-    """Every run folder (one with ``config.json``) under ``root``, sorted by folder."""
+def _run_log(where: str | Path, cfg: Any, ident: Any, params: Any, done: Any, rows: Any, alpha: Any,
+             status: str) -> RunLog:
+    """A RunLog from a run's parts, checked (InputError naming ``where``)."""
+    try:
+        name = cfg.get("label") or tomllib.loads(ident["recipe_toml"])["name"]
+        log = RunLog(where, str(cfg["size"]), str(name), int(cfg["seed"]), isinstance(done, dict), int(params or 0),
+                     ident, list(rows), None if not isinstance(done, dict) else done.get("elapsed_s"), list(alpha),
+                     int(cfg.get("replica", 0)), status)
+        for r in log.rows:
+            int(r["step"]), float(r["train_loss"]), float(r["heldout_loss"]), int(r["tokens"])
+    except (KeyError, TypeError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"summarize: {where} is not a run's record ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:80] if str(exc) else ''})") from None
+    return log
+
+
+def _folder_run(cfg_path: Path) -> RunLog:
+    folder = cfg_path.parent
+    try:
+        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
+        done = json.loads((folder / "done.json").read_text(encoding="utf-8")) \
+            if (folder / "done.json").is_file() else None
+    except (ValueError, RecursionError, OSError) as exc:
+        raise InputError(f"summarize: {folder}: unreadable config.json or done.json ({type(exc).__name__})") \
+            from None
+    if not isinstance(meta, dict):
+        raise InputError(f"summarize: {cfg_path} is not a run's config.json")
+    status = "done" if done is not None else "diverged" if (folder / "diverged.json").is_file() else "partial"
+    return _run_log(folder, meta.get("config"), meta.get("identity"), meta.get("params"), done,
+                    read_csv(folder / "metrics.csv"),
+                    last_step_rows(read_csv(folder / "alpha.csv", drop_incomplete=True)), status)
+
+
+def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]:
+    """Every run folder (one with ``config.json``) and packed run (``runs.jsonl``) under ``root``, sorted by
+    where they were found; only those of ``code_version`` if given. InputError for a run found twice and for runs
+    of several code versions or corpora (module docstring)."""
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"summarize: {base} is not a directory")
-    runs = []
-    for cfg_path in sorted(base.rglob("config.json")):
-        folder = cfg_path.parent
-        meta = json.loads(cfg_path.read_text())
-        cfg, ident = meta["config"], meta["identity"]
-        done_path = folder / "done.json"
-        done = json.loads(done_path.read_text()) if done_path.is_file() else None
-        runs.append(RunLog(folder, cfg["size"], tomllib.loads(ident["recipe_toml"])["name"], int(cfg["seed"]),
-                           done is not None, int(meta.get("params", 0)), ident, read_csv(folder / "metrics.csv"),
-                           None if done is None else done.get("elapsed_s")))
+    runs = [_folder_run(p) for p in sorted(base.rglob("config.json"))]
+    for where, rec in pack.load_packs(base):
+        runs.append(_run_log(where, rec["config"], rec["identity"], rec.get("params"), rec.get("done"), rec["rows"],
+                             rec.get("alpha") or [], str(rec["status"])))
+    if code_version is not None:
+        runs = [r for r in runs if r.code_version == code_version]
+    seen: dict[tuple, RunLog] = {}
+    for r in runs:
+        if r.key in seen:
+            raise InputError(f"summarize: {r.size}/{r.recipe}/seed{r.seed} is in both {seen[r.key].folder} and "
+                             f"{r.folder}; keep one (a rerun never replaces a result silently)")
+        seen[r.key] = r
+    for what, of in (("code versions", lambda r: r.code_version),
+                     ("corpora", lambda r: str(r.identity.get("corpus_fingerprint")))):
+        groups: dict[str, int] = defaultdict(int)
+        for r in runs:
+            groups[of(r)] += 1
+        if len(groups) > 1:
+            shown = ", ".join(f"{k} ({n} runs)" for k, n in sorted(groups.items()))
+            raise InputError(f"summarize: the runs under {base} come from {len(groups)} {what}: {shown}; "
+                             "summarize one at a time" + (" (--code-version)" if what == "code versions" else ""))
     return runs
 
 
-def window_size(n: int, window: float) -> int:
-    """Evaluations in the final window of a run with ``n`` of them."""
-    return max(1, math.ceil(window * n)) if n else 0
+def window_size(n: int, window: float, steps: list[int] | None = None, window_steps: int | None = None) -> int:
+    """Evaluations in the final window of a run with ``n`` of them (logged at ``steps``; module docstring)."""
+    if not n:
+        return 0
+    k = max(1, math.ceil(window * n))
+    if steps and window_steps is not None:
+        k = min(k, max(1, sum(1 for s in steps if s > steps[-1] - window_steps)))
+    return k
 
 
 def mean_se(values: list[float]) -> tuple[float, float, int]:
@@ -93,9 +180,88 @@ def mean_se(values: list[float]) -> tuple[float, float, int]:
     return m, math.sqrt(var / n), n
 
 
-def relative_gap(run: RunLog, base: RunLog, metric: str, window: float) -> float:
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _ibeta(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p-value of Student's t with ``df`` degrees of freedom: ``I_{df / (df + t^2)}(df / 2, 1 / 2)``."""
+    if not math.isfinite(t):
+        return 0.0 if not math.isnan(t) else math.nan
+    return _ibeta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The ``q`` quantile (q > 0.5) of Student's t with ``df`` degrees of freedom, by bisection of the p-value."""
+    lo, hi, target = 0.0, 1e6, 2.0 * (1.0 - q)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times (m - i + 1), made
+    non-decreasing in that order and capped at 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [math.nan] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def contrast_terms(pair: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(label, coefficient) of a paired contrast: ``(A, B)`` is ``A - B``; ``(A, B, C, D)`` is the interaction
+    ``(A - B) - (C - D)``."""
+    if len(pair) == 2:
+        return [(pair[0], 1), (pair[1], -1)]
+    if len(pair) == 4:
+        return [(pair[0], 1), (pair[1], -1), (pair[2], -1), (pair[3], 1)]
+    raise InputError(f"summarize: a contrast names 2 or 4 labels (A:B or A:B:C:D), not {len(pair)}")
+
+
+def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """Paired seeds for a two-sided paired t-test at level ``alpha`` to detect ``delta`` with probability ``power``
+    when the per-seed differences have standard deviation ``sd``: Guenther's (1981) correction of the normal
+    approximation, ``n = ceil(((z(1 - alpha/2) + z(power)) * sd / delta)^2 + z(1 - alpha/2)^2 / 2)``, at least 2
+    (None for an sd that is not finite)."""
+    if not math.isfinite(sd) or not delta > 0 or not 0 < alpha < 1 or not 0 < power < 1:
+        return None
+    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    return max(2, math.ceil(((za + zb) * sd / delta) ** 2 + za * za / 2))
+
+
+def relative_gap(run: RunLog, base: RunLog, metric: str, window: float, window_steps: int | None = None) -> float:
     """``100 * mean over the final window of (L_run - L_base) / L_base`` (module docstring)."""
-    k = window_size(len(run.rows), window)
+    k = window_size(len(run.rows), window, run.steps(), window_steps)
     if run.steps() != base.steps() or k == 0:
         raise InputError(f"summarize: {run.folder} and {base.folder} evaluate at different steps")
     a, b = run.loss(metric)[-k:], base.loss(metric)[-k:]
@@ -103,16 +269,20 @@ def relative_gap(run: RunLog, base: RunLog, metric: str, window: float) -> float
 
 
 def _comparable(run: RunLog, base: RunLog) -> bool:
-    return {k: v for k, v in run.identity.items() if k != "recipe_toml"} == \
-        {k: v for k, v in base.identity.items() if k != "recipe_toml"}
+    return {k: v for k, v in run.identity.items() if k not in UNPAIRED_FIELDS} == \
+        {k: v for k, v in base.identity.items() if k not in UNPAIRED_FIELDS}
 
 
-def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dict, list[str]]:
-    """({(size, recipe, seed, metric): gap}, notes) over the finished runs that have a comparable baseline."""
-    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done}
+def gaps(runs: list[RunLog], window: float, baseline: str = "bf16",
+         window_steps: int | None = None) -> tuple[dict, list[str]]:
+    """({(size, recipe, seed, metric): gap}, notes) over the finished runs (not repeats) that have a comparable
+    baseline."""
+    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done and not r.replica}
     out, notes = {}, []
     for r in runs:
-        if not r.done or r.recipe == baseline:
+        if r.status == "diverged":
+            notes.append(f"{r.folder}: diverged")
+        if not r.done or r.recipe == baseline or r.replica:
             continue
         b = base.get((r.size, r.seed))
         if b is None:
@@ -121,39 +291,64 @@ def gaps(runs: list[RunLog], window: float, baseline: str = "bf16") -> tuple[dic
             notes.append(f"{r.folder}: its settings differ from {b.folder} beyond the recipe; not paired")
         else:
             for m in METRICS:
-                out[(r.size, r.recipe, r.seed, m)] = relative_gap(r, b, m, window)
+                out[(r.size, r.recipe, r.seed, m)] = relative_gap(r, b, m, window, window_steps)
     return out, notes
 
 
+def repeats(runs: list[RunLog]) -> list[dict[str, Any]]:
+    """Per finished repeat (replica 1) with its finished run: whether every logged train and held-out loss is
+    equal bit for bit, and the largest absolute difference."""
+    by = {r.key: r for r in runs if r.done}
+    out = []
+    for r in runs:
+        first = by.get((r.size, r.recipe, r.seed, 0))
+        if not r.replica or not r.done or first is None:
+            continue
+        pairs = [(float(a[f"{m}_loss"]), float(b[f"{m}_loss"])) for a, b in zip(r.rows, first.rows) for m in METRICS]
+        same = r.steps() == first.steps() and all(a == b for a, b in pairs)
+        out.append({"size": r.size, "recipe": r.recipe, "seed": r.seed, "rows": len(r.rows), "identical": same,
+                    "max_abs_diff": max((abs(a - b) for a, b in pairs), default=math.nan)})
+    return out
+
+
 def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
-    rows = read_csv(run.folder / "alpha.csv")
+    rows = [r for r in last_step_rows(run.alpha) if isinstance(r.get("alpha"), (int, float))]
     if not rows:
         return []
-    last = max(int(r["step"]) for r in rows)
+    last = rows[0]["step"]
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in rows:
-        if int(r["step"]) == last:
-            groups[(r["operand"], r["gemm"])].append(float(r["alpha"]))
+        groups[(str(r.get("operand")), str(r.get("gemm")))].append(float(r["alpha"]))
     return [{"size": run.size, "recipe": run.recipe, "seed": run.seed, "step": last, "operand": op, "gemm": g,
              "layers": len(v), "alpha_mean": sum(v) / len(v), "alpha_min": min(v)} for (op, g), v in groups.items()]
 
 
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
-              pairs: tuple[tuple[str, str], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True) -> dict[str, Any]:
+              pairs: tuple[tuple[str, ...], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
+              code_version: str | None = None, window_steps: int | None = 1000, delta: float = 0.3,
+              alpha: float = 0.05) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
     if not 0 < window <= 1:
         raise InputError(f"summarize: window = {window}; it must be in (0, 1]")
-    runs = load_runs(root)
+    if window_steps is not None and window_steps < 1:
+        raise InputError(f"summarize: window_steps = {window_steps}; it must be at least 1")
+    runs = load_runs(root, code_version)
     if not runs:
-        raise InputError(f"summarize: no run folders (config.json) under {root}")
+        raise InputError(f"summarize: no run folders (config.json) or packed runs (runs.jsonl) under {root}")
     out = Path(dest)
-    out.mkdir(parents=True, exist_ok=True)
-    gap, notes = gaps(runs, window, baseline)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"summarize: cannot create {out}: {exc.strerror}") from None
+    gap, notes = gaps(runs, window, baseline, window_steps)
     params = {r.size: r.params for r in runs}
     run_rows = []
     for r in runs:
-        k = window_size(len(r.rows), window)
-        row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "status": "done" if r.done else "partial",
+        k = window_size(len(r.rows), window, r.steps(), window_steps)
+        speeds = [float(x["tokens_per_s"]) for x in r.rows[1:]]  # the first interval holds compilation
+        row = {"size": r.size, "recipe": r.recipe, "seed": r.seed, "replica": r.replica,
+               "tokens_per_s": sum(speeds) / len(speeds) if speeds else None,
+               "status": "done" if r.done else (r.status or "partial"),
                "params": r.params, "steps": r.rows[-1]["step"] if r.rows else 0,
                "tokens": r.rows[-1]["tokens"] if r.rows else 0, "elapsed_s": r.elapsed_s, "folder": str(r.folder)}
         for m in METRICS:
@@ -169,29 +364,43 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     for (size, recipe, m), per_seed in sorted(by.items()):
         mean, se, n = mean_se(list(per_seed.values()))
         gap_rows.append({"size": size, "params": params[size], "recipe": recipe, "metric": m, "n": n, "mean": mean,
-                         "se": se})
+                         "sd": se * math.sqrt(n), "se": se})
     pair_rows = []
-    for a, b in pairs:
+    for pair in pairs:
+        terms = contrast_terms(pair)
+        a, b = (pair[0], pair[1]) if len(pair) == 2 else (f"({pair[0]} − {pair[1]})", f"({pair[2]} − {pair[3]})")
         for size in sorted({s for s, _, _ in by}, key=lambda s: params[s]):
             for m in METRICS:
-                ga, gb = by.get((size, a, m), {}), by.get((size, b, m), {})
-                seeds = sorted(set(ga) & set(gb))
+                per = [(coef, by.get((size, name, m), {})) for name, coef in terms]
+                seeds = sorted(set.intersection(*(set(g) for _, g in per)))
                 if not seeds:
                     continue
-                diffs = [ga[s] - gb[s] for s in seeds]
+                diffs = [sum(coef * g[s] for coef, g in per) for s in seeds]
                 mean, se, n = mean_se(diffs)
+                sd = se * math.sqrt(n)
+                ok = n >= 2 and se > 0
+                half = t_quantile(0.975, n - 1) * se if ok else math.nan
                 pair_rows.append({"size": size, "params": params[size], "a": a, "b": b, "metric": m, "n": n,
-                                  "mean": mean, "se": se, "seeds": " ".join(map(str, seeds)),
+                                  "mean": mean, "sd": sd, "se": se, "ci_low": mean - half, "ci_high": mean + half,
+                                  "p": t_two_sided_p(mean / se, n - 1) if ok else math.nan, "p_holm": math.nan,
+                                  "seeds_needed": seeds_needed(sd, delta, alpha),
+                                  "seeds": " ".join(map(str, seeds)),
                                   "diffs": " ".join(f"{d:.6g}" for d in diffs)})
+    primary = [p for p in pair_rows if p["metric"] == "train" and not math.isnan(p["p"])]
+    for p, adjusted in zip(primary, holm([p["p"] for p in primary])):
+        p["p_holm"] = adjusted
     alpha_rows = [row for r in runs if r.done for row in _alpha_rows(r)]
     write_csv(out / "runs.csv", RUN_COLUMNS, run_rows)
     write_csv(out / "gaps.csv", GAP_COLUMNS, gap_rows)
     write_csv(out / "paired.csv", PAIR_COLUMNS, pair_rows)
     write_csv(out / "alpha.csv", ALPHA_COLUMNS, alpha_rows)
-    summary = {"window": window, "baseline": baseline, "runs": run_rows, "gaps": gap_rows, "paired": pair_rows,
-               "alpha": alpha_rows, "notes": notes}
+    repeat_rows = repeats(runs)
+    write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
+    summary = {"window": window, "window_steps": window_steps, "baseline": baseline, "delta": delta,
+               "test_level": alpha, "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows,
+               "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
-    (out / "summary.md").write_text(markdown(summary))
+    write_text(out / "summary.md", markdown(summary))
     if plots:
         from fp4lab.study import plots as plotting
 
@@ -200,24 +409,42 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     return summary
 
 
+def _num(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.3g}"
+
+
 def _pm(mean: float, se: float) -> str:
     return f"{mean:+.3f}" + ("" if se is None or math.isnan(se) else f" ± {se:.3f}")
 
 
 def markdown(summary: dict[str, Any]) -> str:
     """Tables of the gaps and the paired differences."""
-    lines = [f"Relative loss gap to {summary['baseline']} (%), final {100 * summary['window']:g}% of evaluations, "
-             "mean ± SE over seeds.", "", "| size | recipe | n | train | held-out |", "|---|---|---|---|---|"]
+    cap = f" (at most the final {summary['window_steps']} steps)" if summary.get("window_steps") else ""
+    lines = [f"Relative loss gap to {summary['baseline']} (%), final {100 * summary['window']:g}% of evaluations"
+             f"{cap}, mean ± SE over seeds.", "", "| size | recipe | n | train | held-out |", "|---|---|---|---|---|"]
     cell = {(g["size"], g["recipe"], g["metric"]): g for g in summary["gaps"]}
     for size, recipe in sorted({(g["size"], g["recipe"]) for g in summary["gaps"]},
                                key=lambda k: (cell[(k[0], k[1], "train")]["params"], k[1])):
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
-        lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | {_pm(h['mean'], h['se'])} |")
-    lines += ["", "Paired differences per seed (percentage points), mean ± SE.", "",
-              "| size | A − B | metric | n | mean ± SE | per seed |", "|---|---|---|---|---|---|"]
+        lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | "
+                     f"{_pm(h['mean'], h['se'])} |")
+    lines += ["", "Paired differences per seed (percentage points): mean ± SE, 95% confidence interval, two-sided "
+              "paired t-test p, p after Holm's correction over the training-loss rows, sd, and the seeds a paired "
+              f"t-test needs for 80% power at {summary.get('delta', 0.3):g} points, level "
+              f"{summary.get('test_level', 0.05):g}.", "",
+              "| size | A − B | metric | n | mean ± SE | 95% CI | p | p (Holm) | sd | seeds needed | per seed |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
+        ci = f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]" if p["ci_low"] is not None and \
+            math.isfinite(p["ci_low"]) else "-"
         lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
-                     f"{p['diffs']} |")
+                     f"{ci} | {_num(p['p'])} | {_num(p['p_holm'])} | {_num(p['sd'])} | "
+                     f"{p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | {p['diffs']} |")
+    if summary["repeats"]:
+        lines += ["", "Repeated runs (bit-identity check).", "", "| size | recipe | seed | rows | identical | "
+                  "max abs diff |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['size']} | {r['recipe']} | {r['seed']} | {r['rows']} | {r['identical']} | "
+                  f"{r['max_abs_diff']:.3g} |" for r in summary["repeats"]]
     if summary["notes"]:
         lines += ["", "Left out:", ""] + [f"- {n}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"

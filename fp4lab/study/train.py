@@ -17,22 +17,32 @@ Files in the run folder ``cfg.out``:
 * ``alpha.csv``: attenuation per layer, operand and GEMM every ``diag_every`` steps (``fp4lab.study.diagnostics``);
 * ``captures/step_<step>/<layer>.<x|w|dy>.npy``: operands of step ``<step>`` (1-based) of ``capture_layers``
   (X and dY: the first ``capture_rows`` tokens);
-* ``checkpoint.pt``: model, optimizer, step, each QuantLinear's ``step``, RNG states and the open interval's
-  sums, written every ``ckpt_every`` steps, when a run stops early and at the end (deleted then unless
-  ``keep_checkpoint``);
-* ``done.json``: written when the run has finished; for FP8 recipes also ``fp8_rows``, per GEMM the operand rows
+* ``checkpoint.pt``: model, optimizer, step, each QuantLinear's ``step``, RNG states, the open interval's sums and
+  ``binding`` (the hash of the run's identity: configuration, recipe, corpus fingerprint, code version), written
+  every ``ckpt_every`` steps, when a run stops early and at the end (deleted then unless ``keep_checkpoint``).
+  A checkpoint is loaded only if its binding matches the run and its step lies in ``0..steps``; it is written
+  only while the training loss is finite;
+* ``diverged.json``: written instead of a checkpoint when the training loss of an interval is not finite (the
+  step and the loss); the run stops with a ``DivergedError`` and is never resumed or marked done;
+* ``.lock``: held (``fcntl.flock``) by the process training the run (``fp4lab.study.runfolder``);
+* ``done.json``: written when the run has finished: the final row, the wall time, the code version and
+  ``deterministic`` (true iff every session of the run ran with ``deterministic = True``); for FP8 recipes also
+  ``fp8_rows``, per GEMM the operand rows
   converted to E4M3 and those that took the bf16 path, over the block linears and the steps (evaluation forwards
   included) of the process that finished the run.
 
 A run folder with a checkpoint resumes from it; rows logged after the checkpoint are dropped first, so a resumed
 run writes the same rows (on the CPU, the same bits) as an uninterrupted one. Its configuration must agree with
 ``config.json`` except for the fields in ``RUNTIME_FIELDS`` (and recipe or corpus paths, which are compared by
-content).
+content), and so must the code version (``runfolder.code_version``).
 
 ``parallel = "ddp"`` or ``"fsdp"`` trains data-parallel under torchrun (``fp4lab.study.distributed``): ``batch``
 is the global batch, split over the ranks; rank 0 writes the run folder (``config.json`` also records
 ``world_size``); ``tokens_per_s`` counts the tokens of all ranks. Checkpoints keep the one-process format, so a
 run resumes under any mode and number of ranks.
+
+``data_order`` (default 0) changes the order of the training batches and nothing else (same initial weights, same
+SR streams): two runs of one recipe and seed that differ only in it are the study's negative control.
 
 ``deterministic = True`` runs with ``torch.use_deterministic_algorithms(True)`` (and
 ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset): on CUDA, ops with a nondeterministic default (atomic
@@ -46,10 +56,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import hashlib
 import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,19 +69,27 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fp4lab.errors import InputError
+from fp4lab.errors import Fp4labError, InputError
 from fp4lab.recipes import get_recipe, recipe_to_toml
 from fp4lab.recipes.config import FP8_GEMM_DTYPES
 from fp4lab.recipes.linear import QuantLinear, quantize_model
 from fp4lab.study import diagnostics, distributed
 from fp4lab.study.data import Corpus, eval_windows, load_corpus, train_batch
-from fp4lab.study.logs import METRIC_COLUMNS, CsvLog, write_json
+from fp4lab.study.logs import METRIC_COLUMNS, CsvLog, write_json, write_with
 from fp4lab.study.model import GPT, SIZES, GPTConfig
 from fp4lab.study.progress import RunProgress
+from fp4lab.study.runfolder import RunLock, check_label, code_version
 
 RUNTIME_FIELDS: tuple[str, ...] = ("out", "progress", "device", "ckpt_every", "keep_checkpoint", "diag_every",
                                    "capture_steps", "capture_layers", "capture_rows", "recipe", "corpus",
-                                   "parallel", "fsdp_params", "deterministic")
+                                   "parallel", "fsdp_params", "deterministic", "label", "replica")
+MAX_SEED = 2**31 - 1
+MAX_EVAL_TOKENS = 1 << 24    # held-out windows are int64: at most 128 MiB of them
+MAX_STEPS = 10**9
+
+
+class DivergedError(Fp4labError, RuntimeError):
+    """The training loss of a run is not finite (NaN or Inf): the run stops and is not resumed."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +126,9 @@ class TrainConfig:
     parallel: str = "none"
     fsdp_params: str = "bf16"
     deterministic: bool = False
+    data_order: int = 0
+    label: str | None = None     # the run's name in tables (default: the recipe's name)
+    replica: int = 0             # 0: the run; 1: its repeat, for the bit-identity check
 
     def gpt(self) -> GPTConfig:
         """The model shape: ``model`` or ``SIZES[size]``."""
@@ -126,50 +149,110 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        """From ``to_dict`` output or a plan's table (unknown keys are an error)."""
+    def from_dict(cls, d: Any) -> "TrainConfig":
+        """From ``to_dict`` output or a plan's table: unknown keys and values of the wrong type are an error."""
+        if not isinstance(d, dict):
+            raise InputError(f"TrainConfig: expected a table of fields, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
+        unknown = sorted(map(str, set(d) - names))
         if unknown:
-            raise InputError(f"TrainConfig: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+            raise InputError(f"TrainConfig: unknown field(s) {', '.join(unknown)[:200]}; known: "
+                             f"{', '.join(sorted(names))}")
         kw = dict(d)
-        if isinstance(kw.get("model"), dict):
-            base = dataclasses.asdict(SIZES.get(kw.get("size", cls.size), GPTConfig()))
-            bad = sorted(set(kw["model"]) - set(base))
-            if bad:
-                raise InputError(f"TrainConfig: unknown model field(s) {', '.join(bad)}")
-            kw["model"] = GPTConfig(**{**base, **kw["model"]})
-        for key in ("capture_steps", "capture_layers", "betas"):
+        if kw.get("model") is not None and not isinstance(kw["model"], GPTConfig):
+            kw["model"] = _model(kw["model"], kw.get("size", cls.size))
+        for key, kind in (("capture_steps", int), ("capture_layers", str), ("betas", float)):
             if key in kw:
-                kw[key] = tuple(kw[key])
+                kw[key] = _seq(key, kw[key], kind)
         for f in dataclasses.fields(cls):
             default = f.default
-            if f.name in kw and isinstance(default, (bool, int, float, str)) and not _fits(kw[f.name], default):
-                raise InputError(f"TrainConfig: {f.name} = {kw[f.name]!r}; expected {type(default).__name__}")
+            if f.name not in kw:
+                continue
+            if isinstance(default, (bool, int, float, str)) and not _fits(kw[f.name], default):
+                raise InputError(f"TrainConfig: {f.name} = {_short(kw[f.name])}; expected {type(default).__name__}")
+            if f.name in ("diag_every", "corpus", "corpus_glob", "label") and kw[f.name] is not None:
+                want = int if f.name == "diag_every" else str
+                if isinstance(kw[f.name], bool) or not isinstance(kw[f.name], want):
+                    raise InputError(f"TrainConfig: {f.name} = {_short(kw[f.name])}; expected {want.__name__}")
         return cls(**kw)
 
     def check(self) -> None:
-        """One-line InputError for values out of range."""
+        """One-line InputError for values out of range (finite, positive where it must be)."""
         for name in ("steps", "batch", "eval_every", "eval_tokens", "heldout_every"):
             if getattr(self, name) < 1:
                 raise InputError(f"TrainConfig: {name} = {getattr(self, name)}; it must be at least 1")
-        for name in ("seed", "warmup", "ckpt_every", "diag_interval", "capture_rows"):
+        for name in ("seed", "warmup", "ckpt_every", "diag_interval", "capture_rows", "data_order", "replica"):
             if getattr(self, name) < 0:
                 raise InputError(f"TrainConfig: {name} = {getattr(self, name)}; it must be non-negative")
+        for name, top in (("seed", MAX_SEED), ("data_order", MAX_SEED), ("eval_tokens", MAX_EVAL_TOKENS),
+                          ("steps", MAX_STEPS), ("batch", 1 << 20)):
+            if getattr(self, name) > top:
+                raise InputError(f"TrainConfig: {name} = {getattr(self, name)}; it must be at most {top}")
+        for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip"):
+            if not math.isfinite(getattr(self, name)):
+                raise InputError(f"TrainConfig: {name} = {getattr(self, name)}; it must be finite")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
             raise InputError(f"TrainConfig: lr = {self.lr}, min_lr_ratio = {self.min_lr_ratio}; need lr > 0 and a "
                              f"ratio in [0, 1]")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise InputError(f"TrainConfig: weight_decay = {self.weight_decay}, grad_clip = {self.grad_clip}; both "
+                             "must be non-negative (grad_clip = 0: no clipping)")
+        if len(self.betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in self.betas):
+            raise InputError(f"TrainConfig: betas = {list(self.betas)}; need two numbers in [0, 1)")
         bad = [s for s in self.capture_steps if not 1 <= s <= self.steps]
         if bad:
-            raise InputError(f"TrainConfig: capture step(s) {bad} outside 1..{self.steps}")
+            raise InputError(f"TrainConfig: capture step(s) {bad[:5]} outside 1..{self.steps}")
         m = self.gpt()
+        for name in ("vocab", "d_model", "layers", "heads", "ffn", "seq_len"):
+            if not 1 <= getattr(m, name) <= (1 << 20):
+                raise InputError(f"TrainConfig: model {name} = {getattr(m, name)}; it must be in 1..{1 << 20}")
+        if m.vocab < 256 or not (math.isfinite(m.rope_base) and m.rope_base > 1):
+            raise InputError(f"TrainConfig: model vocab = {m.vocab}, rope_base = {m.rope_base}; need a vocabulary of "
+                             "at least 256 (bytes) and a finite rope_base > 1")
         if m.d_model % m.heads or (m.d_model // m.heads) % 2:
             raise InputError(f"TrainConfig: d_model = {m.d_model} with {m.heads} heads; the head width must be even")
-        get_recipe(self.recipe)
+        _check_device_name(self.device)
+        check_label(self.size, "TrainConfig: size")
+        if self.label is not None:
+            check_label(self.label, "TrainConfig: label")
+        check_label(get_recipe(self.recipe).name, "TrainConfig: recipe name")  # shown in progress lines and tables
         if self.parallel not in distributed.MODES or self.fsdp_params not in distributed.FSDP_PARAMS:
             raise InputError(f"TrainConfig: parallel = {self.parallel!r}, fsdp_params = {self.fsdp_params!r}; "
                              f"expected one of {', '.join(distributed.MODES)} and of "
                              f"{', '.join(distributed.FSDP_PARAMS)}")
+
+
+def _short(value: Any) -> str:
+    return ascii(value)[:80]
+
+
+def _seq(key: str, value: Any, kind: type) -> tuple:
+    """``value`` as a tuple of ``kind`` (a list or tuple of them; for floats, ints too), else an InputError."""
+    ok = isinstance(value, (list, tuple)) and all(
+        not isinstance(v, bool) and isinstance(v, (int, float) if kind is float else kind) for v in value)
+    if not ok:
+        raise InputError(f"TrainConfig: {key} = {_short(value)}; expected a list of {kind.__name__}")
+    return tuple(value)
+
+
+def _model(value: Any, size: Any) -> GPTConfig:
+    """A model table (fields default to ``SIZES[size]``, or ``GPTConfig()`` for other labels) as a GPTConfig."""
+    if not isinstance(value, dict):
+        raise InputError(f"TrainConfig: model = {_short(value)}; expected a table of model fields")
+    base = dataclasses.asdict(SIZES.get(size, GPTConfig()) if isinstance(size, str) else GPTConfig())
+    bad = sorted(map(str, set(value) - set(base)))
+    if bad:
+        raise InputError(f"TrainConfig: unknown model field(s) {', '.join(bad)[:200]}")
+    for k, v in value.items():
+        if not _fits(v, base[k]):
+            raise InputError(f"TrainConfig: model {k} = {_short(v)}; expected {type(base[k]).__name__}")
+    return GPTConfig(**{**base, **value})
+
+
+def _check_device_name(name: str) -> None:
+    if not (name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit()
+                                                 and len(name) < 12)):
+        raise InputError(f"TrainConfig: device = {_short(name)}; expected auto, cpu, cuda or cuda:<index>")
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -224,9 +307,16 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA if available, else the CPU), ``cpu``, ``cuda`` or ``cuda:<i>``, checked against the machine."""
+    _check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index or 0) >= count:
+            raise InputError(f"train: device {name}: this machine has {count} CUDA device(s)")
+    return device
 
 
 def _autocast(device: torch.device) -> Any:
@@ -262,26 +352,39 @@ def identity(cfg: TrainConfig, corpus: Corpus) -> dict[str, Any]:
     d = {k: v for k, v in cfg.to_dict().items() if k not in RUNTIME_FIELDS}
     d["recipe_toml"] = recipe_to_toml(get_recipe(cfg.recipe))
     d["corpus_fingerprint"] = corpus.fingerprint
+    d["code_version"] = code_version()
     return json.loads(json.dumps(d))
 
 
-def _check_config(run: Path, cfg: TrainConfig, corpus: Corpus, model: GPT, par: distributed.Parallel) -> None:
+def binding(ident: dict[str, Any]) -> str:
+    """blake2b-64 hex of a run's identity (canonical JSON): what ties a checkpoint to its run."""
+    return hashlib.blake2b(json.dumps(ident, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+
+def _check_config(run: Path, cfg: TrainConfig, corpus: Corpus, model: GPT,
+                  par: distributed.Parallel) -> dict[str, Any]:
+    """Compare ``cfg`` with the run's ``config.json`` (InputError naming the first field that differs), then write
+    it (rank 0); returns the run's identity."""
     path = run / "config.json"
     ident = identity(cfg, corpus)
     if path.is_file():
-        old = json.loads(path.read_text()).get("identity", {})
+        old = _read_json(path).get("identity")
+        if not isinstance(old, dict):
+            raise InputError(f"train: {path} has no identity table; it is not a run's config.json")
         for key in sorted(set(old) | set(ident)):
             if old.get(key) != ident.get(key):
                 raise InputError(f"train: {run} holds a run with {key} = {old.get(key)!r}, not {ident.get(key)!r}; "
                                  f"use another out folder")
     par.barrier()  # every rank has read config.json before rank 0 rewrites it
     if not par.is_main:
-        return
+        return ident
     meta = {"config": cfg.to_dict(), "identity": ident, "corpus": corpus.describe(),
-            "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
+            "params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__,
+            "code_version": ident["code_version"]}
     if par.mode != "none":
         meta["world_size"] = par.world
     write_json(path, meta)
+    return ident
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -291,61 +394,110 @@ def _rng_state(device: torch.device) -> dict[str, Any]:
     return st
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a run folder's file, or a one-line InputError naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"train: {path} is not readable JSON ({str(exc).splitlines()[0][:100]})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"train: {path} holds a {type(data).__name__}, not a JSON object")
+    return data
+
+
 def _save_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, step: int, loop: dict[str, Any],
-                     device: torch.device, par: distributed.Parallel) -> None:
+                     device: torch.device, par: distributed.Parallel, bound: str) -> None:
     msd, osd = par.state_dicts(model, opt)
     if not par.is_main:
         return
     layers = {n: m.step for n, m in diagnostics.quant_layers(model)}
     state = {"model": msd, "optimizer": osd, "step": step, "layer_steps": layers, "loop": loop,
-             "rng": _rng_state(device)}
-    tmp = run / "checkpoint.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, run / "checkpoint.pt")
+             "rng": _rng_state(device), "binding": bound}
+    write_with(run / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
 
 
 def _load_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, device: torch.device,
-                     par: distributed.Parallel) -> tuple[int, dict]:
-    state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)  # loaders move to device
-    par.load(model, opt, state["model"], state["optimizer"])
-    layers = dict(diagnostics.quant_layers(model))
-    for name, step in state["layer_steps"].items():
-        layers[name].step = int(step)
-    torch.set_rng_state(state["rng"]["cpu"].cpu())
-    if device.type == "cuda" and "cuda" in state["rng"]:
-        torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
-    return int(state["step"]), dict(state["loop"])
+                     par: distributed.Parallel, bound: str, steps: int) -> tuple[int, dict]:
+    """Restore a checkpoint of this run (``binding`` equal to ``bound``, step in 0..steps); anything else, from a
+    truncated file to another run's checkpoint, is a one-line InputError (torch's own message is not shown)."""
+    path = run / "checkpoint.pt"
+    fix = "delete it to restart the run"
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)  # loaders move to device
+    except MemoryError:
+        raise InputError(f"train: {path}: not enough memory to read it") from None
+    except Exception as exc:  # torch raises many types for truncated or foreign files; its text suggests unsafe
+        raise InputError(f"train: {path} is not a readable checkpoint ({type(exc).__name__}); {fix}") from None
+    if not isinstance(state, dict) or state.get("binding") != bound:
+        raise InputError(f"train: {path} belongs to another run (configuration, corpus or code version differ); "
+                         f"{fix}")
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= steps:
+        raise InputError(f"train: {path}: step {_short(step)} is outside 0..{steps}; {fix}")
+    try:
+        par.load(model, opt, state["model"], state["optimizer"])
+        layers = dict(diagnostics.quant_layers(model))
+        for name, s in state["layer_steps"].items():
+            layers[name].step = int(s)
+        torch.set_rng_state(state["rng"]["cpu"].cpu())
+        if device.type == "cuda" and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
+        loop = dict(state["loop"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise InputError(f"train: {path} does not fit this run's model ({type(exc).__name__}); {fix}") from None
+    return step, loop
+
+
+DIVERGED = "diverged.json"
 
 
 def run_status(out: str | Path) -> str:
-    """"done", "partial" (a checkpoint to resume from) or "missing"."""
+    """"done", "diverged" (``DIVERGED``), "partial" (a checkpoint to resume from) or "missing"."""
     run = Path(out)
     if (run / "done.json").is_file():
         return "done"
+    if (run / DIVERGED).is_file():
+        return "diverged"
     return "partial" if (run / "checkpoint.pt").is_file() else "missing"
+
+
+def _diverged(run: Path, step: int, loss: float, is_main: bool) -> DivergedError:
+    """Record the divergence (rank 0) and return the error to raise."""
+    if is_main:
+        write_json(run / DIVERGED, {"step": step, "train_loss": repr(loss)})
+    return DivergedError(f"train: {run} diverged: the training loss is {loss} by step {step} ({DIVERGED}); "
+                         "lower the learning rate, or delete the folder to start again")
 
 
 @dataclass
 class _Loop:
     """State of the training loop that a checkpoint carries besides model and optimizer: the open evaluation
-    interval's loss sum and step count, its wall time so far, and the run's wall time over earlier sessions."""
+    interval's loss sum and step count, its wall time so far, the run's wall time over earlier sessions, and
+    whether every session so far ran with deterministic algorithms."""
 
     loss_sum: torch.Tensor
     loss_steps: int
     mark: float
     elapsed0: float
     session: float
+    deterministic: bool
 
     @classmethod
-    def restore(cls, saved: dict[str, Any], device: torch.device) -> "_Loop":
+    def restore(cls, saved: dict[str, Any], device: torch.device, deterministic: bool) -> "_Loop":
         now = time.monotonic()
-        return cls(torch.tensor(saved.get("loss_sum", 0.0), dtype=torch.float64, device=device),
-                   int(saved.get("loss_steps", 0)), now - saved.get("interval_s", 0.0), saved.get("elapsed_s", 0.0),
-                   now)
+        return cls(torch.tensor(float(saved.get("loss_sum", 0.0)), dtype=torch.float64, device=device),
+                   int(saved.get("loss_steps", 0)), now - float(saved.get("interval_s", 0.0)),
+                   float(saved.get("elapsed_s", 0.0)), now, deterministic and bool(saved.get("deterministic", True)))
 
     def saved(self) -> dict[str, Any]:
         return {"loss_sum": float(self.loss_sum), "loss_steps": self.loss_steps, "interval_s": self.interval(),
-                "elapsed_s": self.elapsed()}
+                "elapsed_s": self.elapsed(), "deterministic": self.deterministic}
+
+    def finite(self) -> bool:
+        """Whether the open interval's loss sum is finite (a NaN or Inf step loss makes it not)."""
+        return bool(torch.isfinite(self.loss_sum))
 
     def interval(self) -> float:
         return time.monotonic() - self.mark
@@ -372,7 +524,8 @@ def deterministic_algorithms(on: bool):
         yield
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    prev, prev_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    prev = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         yield
@@ -383,21 +536,46 @@ def deterministic_algorithms(on: bool):
 def train(cfg: TrainConfig, deadline: float | None = None, stop_at: int | None = None,
           corpus: Corpus | None = None) -> RunResult:
     """Run (or resume, or skip if finished) ``cfg``; stop early with a checkpoint at the first step boundary after
-    ``time.monotonic() >= deadline`` or at step ``stop_at``. ``corpus`` saves reloading it for every run."""
+    ``time.monotonic() >= deadline`` or at step ``stop_at``. ``corpus`` saves reloading it for every run. A run
+    whose training loss stops being finite raises ``DivergedError`` (``diverged.json``)."""
     cfg.check()
     with deterministic_algorithms(cfg.deterministic):
         return _train(cfg, deadline, stop_at, corpus)
 
 
+def _finished(run: Path, cfg: TrainConfig) -> RunResult | None:
+    """The result of a run that has ended (done, or diverged: raised), else None."""
+    status = run_status(run)
+    if status == "diverged":
+        record = _read_json(run / DIVERGED)
+        raise DivergedError(f"train: {run} diverged at step {record.get('step')} ({DIVERGED}); delete the folder "
+                            "to start again")
+    if status == "done":
+        rows = _read_json(run / "metrics.json").get("rows")
+        return RunResult("done", cfg.steps, run, rows if isinstance(rows, list) else [])
+    return None
+
+
 def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus: Corpus | None) -> RunResult:
     run = Path(cfg.out)
-    logs = CsvLog(run / "metrics.csv", METRIC_COLUMNS, run / "metrics.json")
-    alpha_log = CsvLog(run / "alpha.csv", diagnostics.ALPHA_COLUMNS)
-    if run_status(run) == "done":
-        return RunResult("done", cfg.steps, run, json.loads((run / "metrics.json").read_text())["rows"])
-    run.mkdir(parents=True, exist_ok=True)
+    ended = _finished(run, cfg)
+    if ended is not None:
+        return ended
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"train: cannot create the run folder {run}: {exc.strerror}") from None
     corpus = corpus or load_corpus(cfg.corpus, cfg.corpus_glob, cfg.heldout_every)
     par = distributed.setup(cfg.parallel, resolve_device(cfg.device), cfg.fsdp_params)
+    with RunLock(run, enabled=par.is_main):
+        ended = _finished(run, cfg)  # another process may have finished it while this one waited to start
+        return ended if ended is not None else _train_locked(cfg, deadline, stop_at, corpus, run, par)
+
+
+def _train_locked(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus: Corpus, run: Path,
+                  par: distributed.Parallel) -> RunResult:
+    logs = CsvLog(run / "metrics.csv", METRIC_COLUMNS, run / "metrics.json")
+    alpha_log = CsvLog(run / "alpha.csv", diagnostics.ALPHA_COLUMNS)
     device = par.device
     par.local_batch(cfg.batch)
     if par.mode == "fsdp" and device.type == "cpu" and cfg.fsdp_params == "fp32" \
@@ -408,14 +586,21 @@ def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus
     model = build_model(cfg).to(device)
     net = par.wrap(model)
     opt = make_optimizer(model, cfg)
-    _check_config(run, cfg, corpus, model, par)
-    step, saved = _load_checkpoint(run, model, opt, device, par) if run_status(run) == "partial" else (0, {})
+    bound = binding(_check_config(run, cfg, corpus, model, par))
+    resume = run_status(run) == "partial"
+    step, saved = _load_checkpoint(run, model, opt, device, par, bound, cfg.steps) if resume else (0, {})
     if par.is_main:
         logs.reset(step)
         alpha_log.reset(step)
     windows = torch.from_numpy(eval_windows(corpus.heldout, cfg.eval_tokens, cfg.gpt().seq_len))
     title = f"{cfg.size} {get_recipe(cfg.recipe).name} seed {cfg.seed}"
-    loop = _Loop.restore(saved, device)
+    loop = _Loop.restore(saved, device, cfg.deterministic)
+
+    def checkpoint() -> None:
+        if not loop.finite():
+            raise _diverged(run, step, float(loop.loss_sum), par.is_main)
+        _save_checkpoint(run, model, opt, step, loop.saved(), device, par, bound)
+
     with RunProgress(title, cfg.steps, step, cfg.progress and par.is_main) as bar:
         while step < cfg.steps:
             if (deadline is not None and par.any(time.monotonic() >= deadline)) \
@@ -430,6 +615,8 @@ def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 _sync(device)
                 interval = loop.interval()
+                if not loop.finite():
+                    raise _diverged(run, step, float(loop.loss_sum) / loop.loss_steps, par.is_main)
                 with par.whole_batches(model):
                     heldout = evaluate(model, windows, cfg.batch, device)
                 row = loop.close(step, cfg, heldout, interval)
@@ -441,15 +628,17 @@ def _train(cfg: TrainConfig, deadline: float | None, stop_at: int | None, corpus
             else:
                 bar.update(step, loss=float(loss) if step % 10 == 0 and par.is_main else None)
             if cfg.ckpt_every and step % cfg.ckpt_every == 0 and step < cfg.steps:
-                _save_checkpoint(run, model, opt, step, loop.saved(), device, par)
-        _save_checkpoint(run, model, opt, step, loop.saved(), device, par)
+                checkpoint()
+        checkpoint()
     if step < cfg.steps:
         par.barrier()
         return RunResult("paused", step, run, logs.rows)
     if par.is_main:
         fp8 = _fp8_rows(model)
         write_json(run / "done.json", {"step": step, "final": logs.rows[-1] if logs.rows else None,
-                                       "elapsed_s": loop.elapsed(), **({"fp8_rows": fp8} if fp8 else {})})
+                                       "elapsed_s": loop.elapsed(), "code_version": code_version(),
+                                       "deterministic": loop.deterministic,
+                                       **({"fp8_rows": fp8} if fp8 else {})})
         if not cfg.keep_checkpoint:
             (run / "checkpoint.pt").unlink()
     par.barrier()  # rank 0's files are written before any rank looks at the run folder again
@@ -478,7 +667,7 @@ def _train_step(model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, corpus
     lr = lr_at(step, cfg)
     for g in opt.param_groups:
         g["lr"] = lr
-    batch = par.rows(train_batch(corpus.train, cfg.seed, step, cfg.batch, cfg.gpt().seq_len))
+    batch = par.rows(train_batch(corpus.train, cfg.seed, step, cfg.batch, cfg.gpt().seq_len, cfg.data_order))
     tokens = torch.from_numpy(batch).to(device)
     want_alpha = bool(cfg.diag_interval) and s % cfg.diag_interval == 0
     capture = run / "captures" / f"step_{s:07d}" if s in cfg.capture_steps and par.is_main else None
