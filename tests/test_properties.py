@@ -596,13 +596,4 @@ def test_element_formats_through_api_equal_reference(x, name, mode):
     assert np.array_equal(a.codes, b.codes)
 
 
-def test_property_inventory():
-    """Guards the count reported in docs/numerics.md: this file holds at least 25 hypothesis properties."""
-    import sys
-
-    mod = sys.modules[__name__]
-    n = sum(1 for k, v in vars(mod).items() if k.startswith("test_") and hasattr(v, "hypothesis"))
-    assert n >= 25, n
-
-
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
