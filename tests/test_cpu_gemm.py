@@ -7,14 +7,10 @@ import pytest
 import torch
 
 import fp4lab
-from fp4lab.errors import InputError
 from fp4lab.emulator.gemm_reference import gemm_reference
+from fp4lab.errors import InputError
 from fp4lab.kernels.params import gemm_plan
-
-
-def u32(a) -> np.ndarray:
-    a = a.numpy() if isinstance(a, torch.Tensor) else a
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+from fp4lab.testing.bits import bit_patterns, same_bits
 
 
 def _operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +33,7 @@ def test_exact_is_the_kernels_emulated_arithmetic(name):
         want = fp4lab.emulate_gemm(qa, qb, hw="hopper-sm90", kind="wgmma.bf16")
     else:
         want = gemm_reference(qa, qb)
-    assert np.array_equal(u32(c), u32(want))
+    assert same_bits(c, want)
     f64 = np.asarray(fp4lab.dequantize(qa), np.float64) @ np.asarray(fp4lab.dequantize(qb), np.float64).T
     assert np.max(np.abs(c - f64)) <= 1e-5 * np.max(np.abs(f64))
 
@@ -60,9 +56,9 @@ def test_exact_pads_k_and_gives_canonical_nan():
     qa, qb = fp4lab.quantize(a, "nvfp4"), fp4lab.quantize(b, "nvfp4")
     c = fp4lab.gemm(qa, qb)
     want = fp4lab.emulate_gemm(qa, qb, hw="hopper-sm90", kind="wgmma.bf16")
-    assert np.array_equal(u32(c), u32(want))
+    assert same_bits(c, want)
     nan_rows = np.isnan(c).any(axis=1)
-    assert nan_rows.any() and np.all(u32(c)[np.isnan(c)] == 0x7FFFFFFF)
+    assert nan_rows.any() and np.all(bit_patterns(c)[np.isnan(c)] == 0x7FFFFFFF)
 
 
 def test_exact_matches_the_triton_kernel_in_the_interpreter():
@@ -80,7 +76,7 @@ def test_exact_matches_the_triton_kernel_in_the_interpreter():
             b = (rng.integers(-6, 7, (8, 64)) * 0.5).astype(np.float32)
         ta, tb = quantize_cuda(torch.from_numpy(a), name), quantize_cuda(torch.from_numpy(b), name)
         got = fp4lab.gemm(fp4lab.quantize(a, name), fp4lab.quantize(b, name))
-        assert np.array_equal(u32(got), u32(gemm_triton(ta, tb, "exact")))
+        assert same_bits(got, gemm_triton(ta, tb, "exact"))
 
 
 def test_torch_cpu_operands_give_a_tensor():
@@ -90,7 +86,7 @@ def test_torch_cpu_operands_give_a_tensor():
         c = fp4lab.gemm(ta, tb, mode)
         assert isinstance(c, torch.Tensor) and c.dtype == torch.float32 and c.device.type == "cpu"
         ref = fp4lab.gemm(fp4lab.quantize(a, "nvfp4"), fp4lab.quantize(b, "nvfp4"), mode)
-        assert np.array_equal(u32(c), u32(ref))
+        assert same_bits(c, ref)
 
 
 def test_fast_is_float32_dequantize_and_matmul():

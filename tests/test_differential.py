@@ -29,6 +29,7 @@ from fp4lab.emulator.range_policy import range_clamp_scale  # noqa: E402
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.formats import QuantFormat  # noqa: E402
 from fp4lab.testing import block_inputs, float32_arrays  # noqa: E402
+from fp4lab.testing.bits import same_bits  # noqa: E402
 
 F32 = np.float32
 FLT_MAX = np.finfo(F32).max
@@ -39,13 +40,6 @@ N_BLOCK = 100  # examples per block-scaled comparison
 
 def element_format(grid: str, overflow: str = "saturate", nan_element: str = "nan") -> QuantFormat:
     return QuantFormat(name=f"diff-{grid}-{overflow}", element=grid, overflow=overflow, nan_element=nan_element)
-
-
-def same_values(ours: np.ndarray, theirs: np.ndarray) -> bool:
-    """Bitwise-equal float32 values, any NaN equal to any NaN (NaN payloads and signs are not compared)."""
-    a, b = np.asarray(ours, F32), np.asarray(theirs, F32)
-    both_nan = np.isnan(a) & np.isnan(b)
-    return bool(np.all(both_nan | (a.view(np.uint32) == b.view(np.uint32))))
 
 
 # ---- element casts ---------------------------------------------------------------------------------------------
@@ -78,7 +72,7 @@ E5M2_TIE = F32(61440.0)  # 57344 + half an ulp: the only overflow tie of E5M2
 def test_e4m3_with_nan_overflow_equals_ml_dtypes(x):
     """E4M3FN element grid with overflow 'nan' == ml_dtypes float8_e4m3fn: |x| > 464 -> NaN, 464 ties to 448."""
     ours = fp4lab.dequantize(fp4lab.quantize(x, E4M3_ML))
-    assert same_values(ours, x.astype(ml_dtypes.float8_e4m3fn).astype(F32))
+    assert same_bits(ours, x.astype(ml_dtypes.float8_e4m3fn).astype(F32), nan="any")
 
 
 @settings(max_examples=N_CAST, deadline=None)
@@ -89,7 +83,8 @@ def test_e4m3_with_saturation_equals_torch_cast(x):
     theirs = torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
     finite = ~np.isnan(x)
     assert np.array_equal(qt.codes[finite], theirs[finite])
-    assert same_values(fp4lab.dequantize(qt), torch.from_numpy(theirs).view(torch.float8_e4m3fn).float().numpy())
+    want = torch.from_numpy(theirs).view(torch.float8_e4m3fn).float().numpy()
+    assert same_bits(fp4lab.dequantize(qt), want, nan="any")
 
 
 @pytest.mark.parametrize("library", ["ml_dtypes", "torch"])
@@ -103,7 +98,7 @@ def test_e5m2_with_inf_overflow_equals_ieee_casts(library, x):
         theirs = x.astype(ml_dtypes.float8_e5m2).astype(F32)
     else:
         theirs = torch.from_numpy(x).to(torch.float8_e5m2).float().numpy()
-    assert same_values(fp4lab.dequantize(fp4lab.quantize(x, E5M2_IEEE)), theirs)
+    assert same_bits(fp4lab.dequantize(fp4lab.quantize(x, E5M2_IEEE)), theirs, nan="any")
 
 
 def test_e5m2_overflow_tie_disagreement():
@@ -368,7 +363,7 @@ def test_grid_value_tables_equal_ml_dtypes(grid, dtype):
     fmt = element_format(grid)
     codes = np.arange(fmt.element.n_codes, dtype=np.uint8)
     theirs = codes.view(dtype).astype(F32)
-    assert same_values(decode_elements(codes, fmt.element), theirs)
+    assert same_bits(decode_elements(codes, fmt.element), theirs, nan="any")
 
 
 @pytest.mark.parametrize("grid,dtype", [("e2m3", ml_dtypes.float6_e2m3fn), ("e3m2", ml_dtypes.float6_e3m2fn)])

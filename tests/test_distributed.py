@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fp4lab.testing.bits import same_bits
+
 torch = pytest.importorskip("torch") if __name__ != "__main__" else __import__("torch")
 
 TINY = {"d_model": 64, "layers": 2, "heads": 2, "ffn": 128, "seq_len": 64}
@@ -179,10 +181,6 @@ def test_train_under_ddp_and_fsdp(launched):
 # ---- the worker (one rank) -------------------------------------------------------------------------------------
 
 
-def _bits(t: torch.Tensor) -> np.ndarray:
-    return t.detach().float().cpu().numpy().view(np.uint32)
-
-
 def _gpt(recipe: str = "ufp4") -> torch.nn.Module:
     from fp4lab.recipes.linear import quantize_model
     from fp4lab.study.model import GPT, GPTConfig
@@ -241,10 +239,10 @@ def _compare(dp: dict, ref: dict, rank: int, world: int) -> dict:
     errs = {n: float((g.float() - ref["grads"][n].float()).abs().max() / ref["grads"][n].float().abs().max())
             for n, g in dp["grads"].items()}
     return {
-        "logits_bits_equal": bool(np.array_equal(_bits(dp["logits"]), _bits(ref["logits"][rank * b:(rank + 1) * b]))),
+        "logits_bits_equal": bool(same_bits(dp["logits"], ref["logits"][rank * b:(rank + 1) * b])),
         "dy_operands": len(dp["dys"]),
         "dy_operands_bits_equal": len(dp["dys"]) == len(ref["dys"]) and all(
-            np.array_equal(_bits(a), _bits(r[rank * m:(rank + 1) * m])) for a, r in zip(dp["dys"], ref["dys"])),
+            same_bits(a, r[rank * m:(rank + 1) * m]) for a, r in zip(dp["dys"], ref["dys"])),
         "loss": dp["loss"], "loss_1": ref["loss"], "grads": len(errs), "grad_errs": errs,
         "grad_err": max(errs.values()), "grad_dtype": str(next(iter(dp["grads"].values())).dtype),
         "weight_dtype": dp["weight_dtype"],
@@ -276,16 +274,15 @@ def _streams(rank: int, world: int) -> dict:
     got = nv.operands(x[rows], "x", "fprop", "wgrad") + nv.operands(x[rows], "dy", "dgrad", "wgrad")
     set_token_shard(nv, None)
     want = nv.operands(x, "x", "fprop", "wgrad") + nv.operands(x, "dy", "dgrad", "wgrad")
-    nv_equal = all(np.array_equal(_bits(g), _bits(w[rows] if w.numel() > 1 else w)) for g, w in zip(got, want))
+    nv_equal = all(same_bits(g, w[rows] if w.numel() > 1 else w) for g, w in zip(got, want))
     seeds = [None] * world
     dist.all_gather_object(seeds, [layer.rht_seed, nv.rht_seed])
     return {
-        "rows_equal_global": bool(np.array_equal(_bits(dn), _bits(gn[rows]))
-                                  and np.array_equal(_bits(dm), _bits(gm[rows]))),
+        "rows_equal_global": bool(same_bits(dn, gn[rows]) and same_bits(dm, gm[rows])),
         "nvfp4_rows_equal_global": bool(nv_equal),
         "differ_across_ranks": float((everyone[0] != everyone[1]).float().mean()),
-        "rank0_equals_local": bool(np.array_equal(_bits(everyone[0]), _bits(ln))),
-        "rank1_equals_local": bool(np.array_equal(_bits(everyone[1]), _bits(ln))),
+        "rank0_equals_local": bool(same_bits(everyone[0], ln.float())),
+        "rank1_equals_local": bool(same_bits(everyone[1], ln.float())),
         "rht_seeds_equal": all(s == seeds[0] for s in seeds),
     }
 

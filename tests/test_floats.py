@@ -15,6 +15,7 @@ from fp4lab.errors import SpecError
 from fp4lab.formats import NAMED_SCALES, FloatGrid, QuantFormat, ScaleFormat
 from fp4lab.formats.floats import FloatFormat
 from fp4lab.hwspec.operands import OPERAND_FORMATS, decode_codes
+from fp4lab.testing.bits import same_bits
 
 # ml_dtypes type -> (exponent bits, mantissa bits, bias, signed, zero exponent, specials)
 ML_DTYPES = {
@@ -39,13 +40,6 @@ def _ml_values(name: str, n: int) -> np.ndarray:
     return np.arange(n, dtype=np.uint8).view(getattr(ml_dtypes, name)).astype(np.float64)
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Equal as values and signs of zero, NaN where NaN."""
-    nan = np.isnan(a)
-    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a[~nan], b[~nan])
-                and np.array_equal(np.signbit(a[~nan]), np.signbit(b[~nan])))
-
-
 @pytest.mark.parametrize("name", sorted(ML_DTYPES))
 def test_decode_every_code_like_ml_dtypes(name):
     e, m, bias, signed, zero, specials = ML_DTYPES[name]
@@ -53,7 +47,7 @@ def test_decode_every_code_like_ml_dtypes(name):
                     specials=specials)
     n = 1 << f.bits
     want = _ml_values(name, n)
-    assert _same(f.decode(np.arange(n)), want)
+    assert same_bits(f.decode(np.arange(n)), want, nan="any")
     fi = ml_dtypes.finfo(getattr(ml_dtypes, name))
     assert f.max_finite == float(fi.max)
     nan = np.flatnonzero(np.isnan(want))
@@ -77,7 +71,7 @@ def test_wide_ieee_formats(name, e, m):
 def test_operand_formats_decode_like_ml_dtypes(op):
     of = OPERAND_FORMATS[op]
     n = 1 << of.encoding.bits
-    assert _same(decode_codes(np.arange(n), of), _ml_values(OPERAND_ML[op], n))
+    assert same_bits(decode_codes(np.arange(n), of), _ml_values(OPERAND_ML[op], n), nan="any")
 
 
 @pytest.mark.parametrize("name, bias, e, m", [("float8_e4m3fnuz", 8, 4, 3), ("float8_e5m2fnuz", 16, 5, 2)])
@@ -106,7 +100,7 @@ def test_fnuz_grid_rounds_like_ml_dtypes(name, bias, e, m):
 
 def test_fnuz_scale_format_decodes_and_unsigned_fnuz_is_refused(tmp_path):
     s = ScaleFormat(kind="float", exponent_bits=4, mantissa_bits=3, bias=8, signed=True, specials="fnuz")
-    assert _same(s.decode(np.arange(256)).astype(np.float64), _ml_values("float8_e4m3fnuz", 256))
+    assert same_bits(s.decode(np.arange(256)).astype(np.float64), _ml_values("float8_e4m3fnuz", 256), nan="any")
     with pytest.raises(Exception, match="must be signed"):
         FloatGrid(exponent_bits=4, mantissa_bits=3, signed=False, specials="fnuz")
     spec = tmp_path / "bad.toml"
@@ -127,5 +121,6 @@ def test_every_named_scale_format_decodes_as_its_float_format(name):
     if s.kind == "bf16":
         codes = np.arange(1 << 16, dtype=np.int64)
     with np.errstate(invalid="ignore"):  # NaN payloads in the float64 -> float32 cast
-        assert _same(s.decode(codes).astype(np.float64), f.decode(codes).astype(np.float32).astype(np.float64))
+        want = f.decode(codes).astype(np.float32).astype(np.float64)
+        assert same_bits(s.decode(codes).astype(np.float64), want, nan="any")
     assert s.max == np.float32(f.max_finite)

@@ -3,15 +3,16 @@ value tables, threshold tables realise each rounding mode's tie rule, scale form
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 
 import numpy as np
 import pytest
+import tomllib
 
 import fp4lab
 from fp4lab.formats import BUILTIN_NAMES, FloatGrid, IntGrid, QuantFormat, ScaleFormat, TableGrid, model_to_toml
 from fp4lab.formats.spec_io import load_model
+from fp4lab.testing.bits import same_bits
 
 F32 = np.float32
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -42,7 +43,7 @@ def test_builtin_loads_and_round_trips(name, tmp_path):
     back = load_model(QuantFormat, out)
     assert back == fmt
     assert tomllib.loads(out.read_text())["name"] == name
-    assert np.array_equal(back.element.values.astype(F32).view(np.uint32), fmt.element.values.astype(F32).view(np.uint32))
+    assert same_bits(back.element.values.astype(F32), fmt.element.values.astype(F32))
 
 
 def test_named_element_grids_decode_to_the_documented_tables():

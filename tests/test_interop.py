@@ -14,9 +14,10 @@ import torch
 
 import fp4lab
 from fp4lab import interop
-from fp4lab.layout import swizzle_scales
 from fp4lab.errors import Fp4labError, InputError
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.layout import swizzle_scales
+from fp4lab.testing.bits import bit_patterns, same_bits
 
 try:  # in the test extra; without it only the torchao tests skip
     import torchao.prototype.mx_formats.mx_tensor as torchao_mx
@@ -30,21 +31,12 @@ MXFP8 = QuantFormat(name="mxfp8-e4m3-test", element="e4m3", block={"shape": [32]
                     scale_rule={"method": "floor"})
 
 
-def bits(a) -> np.ndarray:
-    """Integer bit pattern of any numpy array / torch tensor (typed narrow dtypes included)."""
-    if isinstance(a, torch.Tensor):
-        a = a.detach().cpu().contiguous()
-        a = a.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[a.element_size()]).numpy()
-    a = np.ascontiguousarray(a)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.itemsize])
-
-
 def same_qt(a, b) -> None:
     """Equal codes, scale codes, decoded scales and tensor scale, as integer bits."""
     assert a.fmt == b.fmt and a.shape == b.shape and a.axis == b.axis
-    assert np.array_equal(bits(a.codes), bits(b.codes))
-    assert np.array_equal(bits(a.scale_codes), bits(b.scale_codes))
-    assert np.array_equal(bits(a.scales), bits(b.scales))
+    assert same_bits(a.codes, b.codes)
+    assert same_bits(a.scale_codes, b.scale_codes)
+    assert same_bits(a.scales, b.scales)
     if a.tensor_scale is None:
         assert b.tensor_scale is None
     else:
@@ -84,22 +76,22 @@ def test_torch_dtypes_round_trip(name):
         elem, sdt = interop.torch_dtypes(fmt)
         assert tc.data.dtype == getattr(torch, elem) and (tc.scale is None) == (sdt is None)
         if elem == "float4_e2m1fn_x2":
-            assert tc.data.shape == (130, 48) and np.array_equal(nibbles(tc.data), bits(qt.codes))
+            assert tc.data.shape == (130, 48) and np.array_equal(nibbles(tc.data), bit_patterns(qt.codes))
         if sdt is not None:
-            assert tc.scale.dtype == getattr(torch, sdt) and np.array_equal(bits(tc.scale), bits(qt.scale_codes))
+            assert tc.scale.dtype == getattr(torch, sdt) and same_bits(tc.scale, qt.scale_codes)
         back = interop.from_torch(tc.data, tc.scale, fmt, tc.tensor_scale)
         same_qt(back, qt)
         again = interop.to_torch(back)  # torch -> QuantizedTensor -> torch: the same bytes
-        assert np.array_equal(bits(again.data), bits(tc.data))
-        assert (sdt is None) or np.array_equal(bits(again.scale), bits(tc.scale))
-        assert np.array_equal(bits(fp4lab.dequantize(back)), bits(fp4lab.dequantize(qt)))
+        assert same_bits(again.data, tc.data)
+        assert (sdt is None) or same_bits(again.scale, tc.scale)
+        assert same_bits(fp4lab.dequantize(back), fp4lab.dequantize(qt))
 
 
 @pytest.mark.parametrize("name", ["mxfp4", "nvfp4"])
 def test_torch_swizzled_scales_round_trip(name):
     qt = fp4lab.quantize(data(), name)
     tc = interop.to_torch(qt, swizzle=True)
-    assert np.array_equal(bits(tc.scale), swizzle_scales(qt.scale_codes))
+    assert np.array_equal(bit_patterns(tc.scale), swizzle_scales(qt.scale_codes))
     back = interop.from_torch(tc.data, tc.scale, name, tc.tensor_scale, swizzled=True)
     same_qt(back, qt)
 
@@ -112,17 +104,17 @@ def test_ml_dtypes_round_trip(name):
     m = interop.to_ml_dtypes(qt)
     elem, sdt = interop.ml_dtypes_types(fmt)
     assert m.elements.dtype == np.dtype(getattr(ml_dtypes, elem)) and m.elements.shape == qt.shape
-    assert np.array_equal(bits(m.elements), qt.codes)
+    assert np.array_equal(bit_patterns(m.elements), qt.codes)
     # the views decode to fp4lab's values: element values, and for one-level formats value * scale
     assert np.array_equal(m.elements.astype(np.float64).view(np.uint64), fmt.element.values[qt.codes].view(np.uint64))
     if sdt is not None:
-        assert np.array_equal(bits(m.scale), bits(qt.scale_codes))
-        assert np.array_equal(bits(m.scale.astype(np.float32)), bits(qt.scales))
+        assert same_bits(m.scale, qt.scale_codes)
+        assert same_bits(m.scale.astype(np.float32), qt.scales)
     back = interop.from_ml_dtypes(m.elements, m.scale, fmt, m.tensor_scale)
     same_qt(back, qt)
     again = interop.to_ml_dtypes(back)
-    assert np.array_equal(bits(again.elements), bits(m.elements))
-    assert sdt is None or np.array_equal(bits(again.scale), bits(m.scale))
+    assert same_bits(again.elements, m.elements)
+    assert sdt is None or same_bits(again.scale, m.scale)
 
 
 def test_ml_dtypes_along_axis_0():
@@ -141,18 +133,18 @@ def test_torchao_mxtensor_round_trip(elem, swizzle):
     theirs = MXTensor.to_mx(x, dt, 32, is_swizzled_scales=swizzle)
     qt = interop.from_torchao(theirs) if elem == "fp4" else interop.from_torchao(theirs, MXFP8)
     plain = MXTensor.to_mx(x, dt, 32)
-    assert np.array_equal(bits(qt.scale_codes), bits(plain.scale))
+    assert same_bits(qt.scale_codes, plain.scale)
     codes = unpack_uint4(plain.qdata) if elem == "fp4" else plain.qdata.view(torch.uint8)
-    assert np.array_equal(bits(qt.codes), bits(codes))
+    assert same_bits(qt.codes, codes)
     again = interop.to_torchao(qt, swizzle=swizzle)  # torchao -> fp4lab -> torchao: the same bits
     assert type(again) is MXTensor and again.elem_dtype == dt and again.block_size == 32
     assert again.is_swizzled_scales == swizzle and again.scale.shape == theirs.scale.shape
-    assert np.array_equal(bits(again.qdata), bits(theirs.qdata))
-    assert np.array_equal(bits(again.scale), bits(theirs.scale))
+    assert same_bits(again.qdata, theirs.qdata)
+    assert same_bits(again.scale, theirs.scale)
     # fp4lab -> torchao -> fp4lab, and both dequantize v * S to the same float32 bits
     ours = fp4lab.quantize(x.numpy(), fmt)
     same_qt(interop.from_torchao(interop.to_torchao(ours, swizzle=swizzle), fmt), ours)
-    assert np.array_equal(bits(theirs.dequantize(torch.float32)), bits(fp4lab.dequantize(qt)))
+    assert same_bits(theirs.dequantize(torch.float32), fp4lab.dequantize(qt))
 
 
 @needs_torchao
@@ -166,22 +158,21 @@ def test_torchao_nvfp4tensor_round_trip(two_level, swizzle):
     qt = interop.from_torchao(theirs)
     assert qt.fmt.name == ("nvfp4-torchao" if two_level else "nvfp4-torchao-1level")
     plain = NVFP4Tensor.to_nvfp4(x, per_tensor_scale=ts)
-    assert np.array_equal(bits(qt.codes), bits(unpack_uint4(plain.qdata)))
-    assert np.array_equal(bits(qt.scale_codes), bits(plain.scale))
+    assert same_bits(qt.codes, unpack_uint4(plain.qdata))
+    assert same_bits(qt.scale_codes, plain.scale)
     again = interop.to_torchao(qt, swizzle=swizzle)
     assert type(again) is NVFP4Tensor and again.is_swizzled_scales == swizzle
     assert again.scale.shape == theirs.scale.shape
-    assert np.array_equal(bits(again.qdata), bits(theirs.qdata)) and np.array_equal(bits(again.scale),
-                                                                                     bits(theirs.scale))
+    assert same_bits(again.qdata, theirs.qdata) and same_bits(again.scale, theirs.scale)
     assert (again.per_tensor_scale is None) == (not two_level)
     if two_level:
-        assert bits(again.per_tensor_scale) == bits(theirs.per_tensor_scale)
+        assert bit_patterns(again.per_tensor_scale) == bit_patterns(theirs.per_tensor_scale)
     ours = fp4lab.quantize(x.numpy(), qt.fmt)
     same_qt(interop.from_torchao(interop.to_torchao(ours, swizzle=swizzle)), ours)
     # dequantize: fp4lab (v * S) * ts, torchao v * (ts * S): equal without a tensor scale, else within one ulp
     # (and here some do differ: the order is a real disagreement, docs/interop.md)
-    a = bits(theirs.dequantize(torch.float32)).astype(np.int64)
-    b = bits(fp4lab.dequantize(qt)).astype(np.int64)
+    a = bit_patterns(theirs.dequantize(torch.float32)).astype(np.int64)
+    b = bit_patterns(fp4lab.dequantize(qt)).astype(np.int64)
     if two_level:
         assert np.max(np.abs(a - b)) == 1
     else:
@@ -194,18 +185,18 @@ def test_unpack_and_dequantize_packed():
         packed = qt.packed()
         assert np.array_equal(interop.unpack_codes(packed), qt.codes)
         tp = torch.from_numpy(packed)
-        assert np.array_equal(bits(interop.unpack_codes(tp)), nibbles(tp))
-        assert np.array_equal(bits(interop.unpack_codes(tp.view(torch.float4_e2m1fn_x2))), qt.codes)
-        want = bits(fp4lab.dequantize(qt))
+        assert np.array_equal(bit_patterns(interop.unpack_codes(tp)), nibbles(tp))
+        assert np.array_equal(bit_patterns(interop.unpack_codes(tp.view(torch.float4_e2m1fn_x2))), qt.codes)
+        want = bit_patterns(fp4lab.dequantize(qt))
         ts = qt.tensor_scale
         sc = None if qt.fmt.scale_rule.method == "none" else qt.scale_codes
-        assert np.array_equal(bits(interop.dequantize_packed(packed, sc, name, ts)), want)
+        assert np.array_equal(bit_patterns(interop.dequantize_packed(packed, sc, name, ts)), want)
         tsc = None if sc is None else torch.from_numpy(sc.view(np.int32) if sc.dtype == np.uint32 else sc)
         out = interop.dequantize_packed(tp, tsc, name, ts)
-        assert isinstance(out, torch.Tensor) and np.array_equal(bits(out), want)
+        assert isinstance(out, torch.Tensor) and np.array_equal(bit_patterns(out), want)
         if sc is not None:
             swz = swizzle_scales(sc)
-            assert np.array_equal(bits(interop.dequantize_packed(packed, swz, name, ts, swizzled=True)), want)
+            assert np.array_equal(bit_patterns(interop.dequantize_packed(packed, swz, name, ts, swizzled=True)), want)
     with pytest.raises(InputError, match="4-bit codes pack"):
         interop.from_packed(np.zeros((2, 16), np.uint8), np.zeros((2, 1), np.uint8), MXFP8)
 

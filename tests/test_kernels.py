@@ -11,6 +11,7 @@ import torch
 
 import fp4lab
 from fp4lab import QuantizeOptions
+from fp4lab.emulator.gemm_reference import gemm_reference
 from fp4lab.emulator.pack import pack_nibbles
 from fp4lab.emulator.range_policy import tensor_scale_bounds
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
@@ -18,16 +19,11 @@ from fp4lab.emulator.rht import rht_reference
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
-from fp4lab.emulator.gemm_reference import gemm_reference
 from fp4lab.kernels.params import gemm_plan
 from fp4lab.kernels.verify import Case, _bits, compare, kernel_fields, make_input, reference_fields
+from fp4lab.testing.bits import bit_patterns, same_bits
 
 ALL = fp4lab.list_formats()
-
-
-def u32(a) -> np.ndarray:
-    a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else a)
-    return a.view(np.uint32) if a.dtype in (np.float32, np.int32) else a
 
 
 def assert_same(qt, ref) -> None:
@@ -38,11 +34,11 @@ def assert_same(qt, ref) -> None:
     got_sc = sc.numpy().view(want_sc.dtype) if want_sc.size else np.zeros((0,), want_sc.dtype)
     assert np.array_equal(got_sc, want_sc)
     if ref.scale_codes.size:
-        assert np.array_equal(u32(qt.scales), u32(np.asarray(ref.scales, np.float32)))
+        assert same_bits(qt.scales, np.asarray(ref.scales, np.float32))
     if ref.tensor_scale is None:
         assert qt.tensor_scale is None
     else:
-        assert u32(qt.tensor_scale.reshape(1)) == u32(np.array([ref.tensor_scale], np.float32))
+        assert bit_patterns(qt.tensor_scale.reshape(1)) == bit_patterns(np.array([ref.tensor_scale], np.float32))
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -33,6 +33,7 @@ from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_referenc
 from fp4lab.formats import QuantFormat, ScaleFormat  # noqa: E402
 from fp4lab.formats.quant_format import NAMED_SCALES  # noqa: E402
 from fp4lab.testing import block_inputs, quant_formats, rounding_modes  # noqa: E402
+from fp4lab.testing.bits import bit_patterns, same_bits  # noqa: E402
 
 F32 = np.float32
 E8M0 = ScaleFormat(**NAMED_SCALES["e8m0"])
@@ -48,16 +49,12 @@ def variant(name: str, **rule) -> QuantFormat:
     return QuantFormat(**d)
 
 
-def u32(a) -> np.ndarray:
-    return np.ascontiguousarray(a, F32).view(np.uint32)
-
-
 def assert_twin(x: np.ndarray, fmt: QuantFormat) -> tuple:
     """The numba emulator gives the reference's codes, scale codes and dequantized bits; returns (ref, deq)."""
     ref, emu = quantize_reference(x, fmt), quantize_emulated(x, fmt)
     assert np.array_equal(ref.codes, emu.codes) and np.array_equal(ref.scale_codes, emu.scale_codes)
     deq = dequantize_reference(ref)
-    assert np.array_equal(u32(deq), u32(dequantize_emulated(emu)))
+    assert same_bits(deq, dequantize_emulated(emu))
     return ref, deq
 
 
@@ -111,14 +108,15 @@ def test_dequantize_order_scale_product_first_equals_torchao_nvfp4tensor() -> No
     theirs = theirs.dequantize(torch.float32).numpy()
     fmt = variant("nvfp4-torchao", dequantize_order="scale_product_first")
     q, ours = assert_twin(x, fmt)
-    assert np.array_equal(u32(ours), u32(theirs))
+    assert same_bits(ours, theirs)
     default = fp4lab.dequantize(fp4lab.quantize(x, "nvfp4-torchao"))
     assert np.array_equal(fp4lab.quantize(x, "nvfp4-torchao").codes, q.codes)  # same codes, only the product
-    diff = u32(default) != u32(theirs)
+    diff = bit_patterns(default) != bit_patterns(theirs)
     assert diff.any()
     mags = np.abs(fmt.element.values[q.codes[diff]])
     assert set(mags.tolist()) <= {1.5, 3.0, 6.0}
-    assert np.max(np.abs(u32(default)[diff].astype(np.int64) - u32(theirs)[diff].astype(np.int64))) == 1
+    steps = bit_patterns(default)[diff].astype(np.int64) - bit_patterns(theirs)[diff].astype(np.int64)
+    assert np.max(np.abs(steps)) == 1
 
 
 def test_dequantize_order_is_refused_where_it_has_no_meaning() -> None:
@@ -136,7 +134,7 @@ def test_e8m0_scale_overflow_nan_equals_torch_and_ml_dtypes() -> None:
     rng = np.random.default_rng(3)
     v = np.concatenate([rng.uniform(2.0**125, 2.0**127, 500), rng.uniform(2.0**127, 3.4e38, 500),
                         [1.5 * 2.0**127, np.nextafter(F32(1.5 * 2.0**127), F32(0)), 3.4028235e38]]).astype(F32)
-    v = v[(u32(v) & 0x7FFFFF) != 0x400000]  # off the ties
+    v = v[(bit_patterns(v) & 0x7FFFFF) != 0x400000]  # off the ties
     v = np.append(v, F32(np.inf))
     ours = encode_scale(v, E8M0, "rtne", "nan")
     assert np.array_equal(ours, torch.from_numpy(v).to(torch.float8_e8m0fnu).view(torch.uint8).numpy())
@@ -199,7 +197,7 @@ def test_microxcaling_cpu_path_disagreements() -> None:
     theirs = microxcaling_mxfp4(x)
     amax = np.abs(x).max(axis=1)
     near_pow2 = np.abs(np.log2(amax) - np.round(np.log2(amax))) < 1e-6
-    assert not near_pow2.any() and np.array_equal(u32(ordinary), u32(theirs))
+    assert not near_pow2.any() and same_bits(ordinary, theirs)
     # (a) signed zeros
     z = np.full((1, 32), 1.0, F32)
     z[0, 1], z[0, 2] = -0.0, -0.01
@@ -257,9 +255,9 @@ def test_te_current_4over6_differs_from_nvfp4_4over6() -> None:
     """L6: 'nvfp4-4over6' does not reproduce TransformerEngine's current 4-over-6, and no longer claims to. TE
     selects by absolute error (MAE) by default, computes the map-to-4 scale as ``1.5 * ((amax / 6) * g)`` and
     clamps block scales at 448 while the tensor scale uses 256; fp4lab's preset selects by squared error,
-    computes each target's scale as ``(amax / target) / ts`` (decode arithmetic) and clamps block scales at 256. Pinned: on blocks
-    whose amax is near the tensor amax TE's map-to-4 scale exceeds 256, which the preset cannot store; and
-    ``select_by = "sae"`` picks a different candidate than "sse" on a measurable share of blocks."""
+    computes each target's scale as ``(amax / target) / ts`` (decode arithmetic) and clamps block scales at 256.
+    Pinned: on blocks whose amax is near the tensor amax TE's map-to-4 scale exceeds 256, which the preset cannot
+    store; and ``select_by = "sae"`` picks a different candidate than "sse" on a measurable share of blocks."""
     fmt = fp4lab.get_format("nvfp4-4over6")
     assert not any("TransformerEngine" in m for m in fmt.matches + fmt.references)
     x = gaussian((8, 256), seed=9, spread=(-2, -1))
@@ -327,27 +325,27 @@ def test_new_fields_on_the_triton_kernels(name: str, rule: dict) -> None:
     with np.errstate(all="ignore"):
         ref = quantize_reference(x, fmt)
         base = quantize_reference(x, fp4lab.get_format(name))  # the field changes something on this input
-        assert not (np.array_equal(ref.scale_codes, base.scale_codes) and np.array_equal(
-            u32(dequantize_reference(ref)), u32(dequantize_reference(base))))
+        assert not (np.array_equal(ref.scale_codes, base.scale_codes)
+                    and same_bits(dequantize_reference(ref), dequantize_reference(base)))
         tri = quantize_cuda(torch.from_numpy(x), fmt)
         assert np.array_equal(tri.codes.numpy(), ref.codes)
         assert np.array_equal(tri.scale_codes.numpy(), ref.scale_codes)
-        assert np.array_equal(u32(tri.scales.numpy()), u32(ref.scales))
+        assert same_bits(tri.scales.numpy(), ref.scales)
         if ref.tensor_scale is not None:
-            assert u32(tri.tensor_scale.reshape(1).numpy()) == u32(np.array([ref.tensor_scale], F32))
+            assert bit_patterns(tri.tensor_scale.reshape(1).numpy()) == bit_patterns(np.array([ref.tensor_scale], F32))
         want = dequantize_reference(ref)
         nan = np.isnan(want)
         for out_dtype in (torch.float32, torch.bfloat16):
             got = dequantize_cuda(tri, out_dtype=out_dtype).float().numpy()
             w = want if out_dtype == torch.float32 else torch.from_numpy(want).to(torch.bfloat16).float().numpy()
-            assert np.array_equal(np.isnan(got), nan) and np.array_equal(u32(got)[~nan], u32(w)[~nan])
+            assert np.array_equal(np.isnan(got), nan) and np.array_equal(bit_patterns(got)[~nan], bit_patterns(w)[~nan])
         yk, ym, _, _ = fake_quantize_triton(torch.from_numpy(x), fmt, "rtne", along_k=Blocking(None, 0, 0),
                                             along_m=Blocking(None, 0, 0), out_dtype=torch.float32)
         for y, axis in ((yk, -1), (ym, 0)):
             w, _ = fake_quantize_reference(x, fmt, "rtne", 0, axis, None, 0, 24, "fp32", True)
             got = y.numpy()
             assert np.array_equal(np.isnan(got), np.isnan(w))
-            assert np.array_equal(u32(got)[~np.isnan(w)], u32(w)[~np.isnan(w)])
+            assert np.array_equal(bit_patterns(got)[~np.isnan(w)], bit_patterns(w)[~np.isnan(w)])
 
 
 @settings(max_examples=40, deadline=None)
@@ -376,4 +374,4 @@ def test_new_fields_twin_on_random_formats(data: st.DataObject) -> None:
         opts = QuantizeOptions(mode, seed=3)
         ref, emu = quantize_reference(x, fmt, opts), quantize_emulated(x, fmt, opts)
         assert np.array_equal(ref.codes, emu.codes) and np.array_equal(ref.scale_codes, emu.scale_codes)
-        assert np.array_equal(u32(dequantize_reference(ref)), u32(dequantize_emulated(emu)))
+        assert same_bits(dequantize_reference(ref), dequantize_emulated(emu))

@@ -20,6 +20,7 @@ from fp4lab import InputError, QuantizeOptions
 from fp4lab.emulator.quantize import quantize_emulated
 from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.kernels.verify import make_input
+from fp4lab.testing.bits import bit_patterns, same_bits
 
 F32 = np.float32
 FIELDS = ("rounding", "seed", "axis", "rht", "rht_seed", "sr_bits")
@@ -79,11 +80,6 @@ def test_backends_take_only_the_record():
         assert "\n" not in str(err.value)
 
 
-def _bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view(np.uint32) if a.dtype == np.float32 else a.astype(np.uint64)
-
-
 CASES = [
     dict(),
     dict(rounding="sr", seed=11),
@@ -104,10 +100,10 @@ def test_reference_with_the_record_equals_fp4lab_quantize(name, kw):
     for field in ("codes", "scale_codes", "scales"):
         a, b = getattr(got, field), getattr(want, field)
         assert a.dtype == b.dtype and a.shape == b.shape, (field, a.dtype, b.dtype)
-        assert np.array_equal(_bits(a), _bits(b)), (name, kw, field)
+        assert same_bits(a, b), (name, kw, field)
     assert (got.tensor_scale is None) == (want.tensor_scale is None)
     if want.tensor_scale is not None:
-        assert _bits(F32(got.tensor_scale)) == _bits(F32(want.tensor_scale))
+        assert bit_patterns(F32(got.tensor_scale)) == bit_patterns(F32(want.tensor_scale))
     assert (got.axis, got.rounding, got.seed, got.rht, got.rht_seed) == \
         (want.axis, want.rounding, want.seed, want.rht, want.rht_seed)
 

@@ -19,12 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fp4lab
-from fp4lab import QuantizeOptions
 import fp4lab.emulator.ref_quantize as rq
+from fp4lab import QuantizeOptions
 from fp4lab.emulator.fakequant import fake_quantize_reference
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
 from fp4lab.emulator.range_policy import (
-    RECIP_TS_FLOOR, decoded_caps, kernel_constants, multiplier_floor, positive_scales, range_clamp_scale,
+    RECIP_TS_FLOOR,
+    decoded_caps,
+    kernel_constants,
+    multiplier_floor,
+    positive_scales,
+    range_clamp_scale,
     tensor_scale_bounds,
 )
 from fp4lab.emulator.rht import rht, rht_reference
@@ -32,6 +37,7 @@ from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
 from fp4lab.kernels.verify import make_input, range_edge_input
 from fp4lab.testing import quant_formats, range_edge_inputs, rounding_modes
+from fp4lab.testing.bits import same_bits
 
 F32 = np.float32
 FLT_MAX = np.finfo(F32).max
@@ -42,7 +48,7 @@ CHECKS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_to
 
 
 def issue_huge() -> np.ndarray:
-    """Issue 12's tensor: 16 x 64 of N(0,1) * 1e37 with +-FLT_MAX in every 7th column."""
+    """A tensor at the range edges: 16 x 64 of N(0,1) * 1e37 with +-FLT_MAX in every 7th column."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((16, 64)) * 1e37
     x[:, ::7] = np.where(rng.random((16, 10)) < 0.5, FLT_MAX, -FLT_MAX)
@@ -53,18 +59,13 @@ def tiny(amax: float, seed: int = 1) -> np.ndarray:
     return (np.random.default_rng(seed).standard_normal((16, 64)) * amax).astype(F32)
 
 
-def same_bits(a, b) -> bool:
+def same_quantized(a, b) -> bool:
     return (np.array_equal(a.codes, b.codes) and np.array_equal(np.asarray(a.scale_codes), np.asarray(b.scale_codes))
-            and np.array_equal(np.asarray(a.tensor_scale, F32).view(np.uint32),
-                               np.asarray(b.tensor_scale, F32).view(np.uint32)))
+            and same_bits(np.asarray(a.tensor_scale, F32), np.asarray(b.tensor_scale, F32)))
 
 
 def _np(a) -> np.ndarray:
     return np.ascontiguousarray(a.float().numpy() if isinstance(a, torch.Tensor) else a, dtype=F32)
-
-
-def u32(a) -> np.ndarray:
-    return _np(a).view(np.uint32)
 
 
 def assert_kernel_equals_reference(x: np.ndarray, fmt, mode: str, axis: int = -1) -> None:
@@ -77,13 +78,13 @@ def assert_kernel_equals_reference(x: np.ndarray, fmt, mode: str, axis: int = -1
     assert np.array_equal(qt.codes.numpy(), ref.codes), label
     sc = qt.scale_codes.view(torch.int16) if qt.scale_codes.dtype == torch.uint16 else qt.scale_codes
     assert np.array_equal(sc.numpy().view(np.asarray(ref.scale_codes).dtype), np.asarray(ref.scale_codes)), label
-    assert np.array_equal(u32(qt.scales), u32(np.asarray(ref.scales))), label
+    assert same_bits(_np(qt.scales), _np(np.asarray(ref.scales))), label
     assert (qt.tensor_scale is None) == (ref.tensor_scale is None), label
     if ref.tensor_scale is not None:
-        assert np.array_equal(u32(qt.tensor_scale.reshape(1)), u32(np.array([ref.tensor_scale], F32))), label
+        assert same_bits(_np(qt.tensor_scale.reshape(1)), _np(np.array([ref.tensor_scale], F32))), label
     got = _np(dequantize_cuda(qt))
     assert np.array_equal(np.isnan(got), np.isnan(want)), label  # NaN payloads are not part of the contract
-    assert np.array_equal(u32(got)[~np.isnan(want)], u32(want)[~np.isnan(want)]), label
+    assert same_bits(_np(got)[~np.isnan(want)], _np(want)[~np.isnan(want)]), label
 
 
 def assert_fakequant_equals_reference(x: np.ndarray, fmt, mode: str, along_m: bool) -> None:
@@ -93,9 +94,9 @@ def assert_fakequant_equals_reference(x: np.ndarray, fmt, mode: str, along_m: bo
     for y, ts, seed, axis in ((res[0], res[2], 1, -1), (res[1], res[3], 2, 0))[:1 + along_m]:
         with np.errstate(all="ignore"):
             want, want_ts = fake_quantize_reference(x, fmt, mode, seed, axis, None, 0, 24, "fp32", True)
-        assert np.array_equal(u32(y), u32(want)), (fmt.name, mode, axis)
+        assert same_bits(_np(y), _np(want)), (fmt.name, mode, axis)
         if want_ts is not None:
-            assert np.array_equal(u32(ts.reshape(1)), u32(np.array([want_ts], F32))), (fmt.name, mode, axis)
+            assert same_bits(_np(ts.reshape(1)), _np(np.array([want_ts], F32))), (fmt.name, mode, axis)
 
 
 # ---- the issue's cases: every built-in, reference and numba ------------------------------------------------------
@@ -107,9 +108,8 @@ def test_finite_huge_inputs_decode_finite(name):
             ref = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=2))
             assert np.isfinite(rq.dequantize_reference(ref)).all(), (name, mode)
             emu = quantize_emulated(x, fmt, QuantizeOptions(mode, seed=2))
-            assert same_bits(emu, ref), (name, mode)
-            assert np.array_equal(dequantize_emulated(emu).view(np.uint32),
-                                  rq.dequantize_reference(ref).view(np.uint32))
+            assert same_quantized(emu, ref), (name, mode)
+            assert same_bits(dequantize_emulated(emu), rq.dequantize_reference(ref))
 
 
 @pytest.mark.parametrize("name", RECIP_TWO_LEVEL)
@@ -125,7 +125,7 @@ def test_tiny_tensors_of_two_level_formats(name):
         err = np.abs(d - x).max() / np.abs(x).max()
         assert err <= (0.2 if amax >= 3e-39 else 1.0), (name, amax, err)
         assert F32(q.tensor_scale) >= RECIP_TS_FLOOR and np.isfinite(F32(1) / F32(q.tensor_scale))
-        assert same_bits(quantize_emulated(x, fmt), q)
+        assert same_quantized(quantize_emulated(x, fmt), q)
 
 
 def test_nvfp4_te_keeps_transformer_engine_clamps():
@@ -187,7 +187,7 @@ def test_rht_overflow_is_ieee_and_documented():
         assert np.isfinite(rht_reference(x, size=n)).all() and np.array_equal(rht(x, size=n), rht_reference(x, size=n))
     big = np.full((1, 16), 3e38, F32)
     y = rht_reference(big, size=16)
-    assert np.isnan(y).any() and np.array_equal(rht(big, size=16).view(np.uint32), y.view(np.uint32))
+    assert np.isnan(y).any() and same_bits(rht(big, size=16), y)
     q = rq.quantize_reference(big, fp4lab.get_format("nvfp4"), QuantizeOptions(rht=16))
     assert np.isnan(np.asarray(q.scales)).all()
 
@@ -238,9 +238,9 @@ def test_policies_move_only_broken_results(data):
             assert not np.isinf(rq.dequantize_reference(new)[np.isfinite(x)]).any()
         with policies_off():
             old = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=4))
-        assert same_bits(new, old) or broken(x, old, fmt)
+        assert same_quantized(new, old) or broken(x, old, fmt)
         emu = quantize_emulated(x, fmt, QuantizeOptions(mode, seed=4))
-    assert same_bits(emu, new)
+    assert same_quantized(emu, new)
 
 
 @settings(max_examples=6, suppress_health_check=CHECKS)

@@ -20,20 +20,16 @@ from fp4lab.emulator.rht import (
     rht_signs,
 )
 from fp4lab.errors import InputError
+from fp4lab.testing.bits import bit_patterns, same_bits
 
 sizes = st.sampled_from(RHT_SIZES)
 seeds = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 EXACT_SCALE_SIZES = (16, 64, 256)  # 1/sqrt(n) is a power of two
 
 
-def bits(a: np.ndarray) -> np.ndarray:
-    assert a.dtype == np.float32
-    return a.view(np.uint32)
-
-
 def value_bits(a: np.ndarray) -> np.ndarray:
     """Bits with -0 folded into +0: for comparisons with float64 matrix products, whose zero signs differ."""
-    return bits(a + np.float32(0.0))
+    return bit_patterns(a + np.float32(0.0))
 
 
 @st.composite
@@ -62,7 +58,7 @@ def test_numba_equals_reference_bitwise(data, seed, inverse):
     ref = rht_reference(x, n, seed, inverse=inverse)
     got = rht(x, n, seed, inverse=inverse)
     assert got.dtype == np.float32 and got.shape == x.shape
-    assert np.array_equal(bits(got), bits(ref))
+    assert same_bits(got, ref)
 
 
 @given(data=blocked_arrays(st.floats(width=32)), seed=st.integers(0, 2**32), inverse=st.booleans())
@@ -74,7 +70,7 @@ def test_numba_equals_reference_nonfinite(data, seed, inverse):
     got = rht(x, n, seed, inverse=inverse)
     assert np.array_equal(np.isnan(got), np.isnan(ref))
     keep = ~np.isnan(ref)
-    assert np.array_equal(bits(got)[keep], bits(ref)[keep])
+    assert np.array_equal(bit_patterns(got)[keep], bit_patterns(ref)[keep])
 
 
 @pytest.mark.parametrize("n", RHT_SIZES)
@@ -160,15 +156,15 @@ def test_axis_handling(x, axis, seed, inverse):
     want = np.moveaxis(rht(np.moveaxis(x, axis, -1), n, seed, inverse=inverse), -1, axis)
     got = rht(x, n, seed, axis=axis, inverse=inverse)
     assert got.shape == x.shape and got.flags.c_contiguous
-    assert np.array_equal(bits(got), bits(want))
-    assert np.array_equal(bits(rht_reference(x, n, seed, axis=axis, inverse=inverse)), bits(want))
+    assert same_bits(got, want)
+    assert same_bits(rht_reference(x, n, seed, axis=axis, inverse=inverse), want)
 
 
 def test_blocks_are_consecutive_chunks():
     x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
     whole = rht(x, 16, 9)
     for k in range(4):
-        assert np.array_equal(bits(whole[:, 16 * k : 16 * (k + 1)]), bits(rht(x[:, 16 * k : 16 * (k + 1)], 16, 9)))
+        assert same_bits(whole[:, 16 * k : 16 * (k + 1)], rht(x[:, 16 * k : 16 * (k + 1)], 16, 9))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16, ml_dtypes.bfloat16])
@@ -176,8 +172,8 @@ def test_input_dtypes_convert_to_float32_first(dtype):
     x = np.random.default_rng(2).standard_normal((2, 64)).astype(dtype)
     got = rht(x, 32, 3)
     assert got.dtype == np.float32
-    assert np.array_equal(bits(got), bits(rht(x.astype(np.float32), 32, 3)))
-    assert np.array_equal(bits(rht_reference(x, 32, 3)), bits(got))
+    assert same_bits(got, rht(x.astype(np.float32), 32, 3))
+    assert same_bits(rht_reference(x, 32, 3), got)
 
 
 def test_input_not_modified_and_list_input():
@@ -185,7 +181,7 @@ def test_input_not_modified_and_list_input():
     before = x.copy()
     rht(x, 32, 1)
     assert np.array_equal(x, before)
-    assert np.array_equal(bits(rht(x.tolist(), 32, 1)), bits(rht(x, 32, 1)))
+    assert same_bits(rht(x.tolist(), 32, 1), rht(x, 32, 1))
 
 
 def test_block_inplace_matches_rht():
@@ -196,7 +192,7 @@ def test_block_inplace_matches_rht():
         for inverse in (False, True):
             v = x.copy()
             rht_block_inplace(v, signs, inverse)
-            assert np.array_equal(bits(v), bits(rht(x, n, 77, inverse=inverse)))
+            assert same_bits(v, rht(x, n, 77, inverse=inverse))
 
 
 @given(n=sizes, seed=seeds)

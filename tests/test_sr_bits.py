@@ -13,12 +13,12 @@ import fp4lab
 from fp4lab import QuantizeOptions
 from fp4lab.emulator.philox import (
     philox4x32_reference,
+    split_seed,
     sr_bits_for,
     sr_call_and_word,
     sr_elements_per_call,
     sr_random_bits,
     sr_random_bits_reference,
-    split_seed,
 )
 from fp4lab.emulator.quantize import quantize_emulated
 from fp4lab.emulator.ref_quantize import quantize_reference
@@ -26,6 +26,7 @@ from fp4lab.errors import InputError
 from fp4lab.kernels.api import quantize_cuda
 from fp4lab.kernels.quantize_launch import quantize_triton
 from fp4lab.kernels.verify import make_input
+from fp4lab.testing.bits import bit_patterns, same_bits
 
 WIDTHS = (24, 16, 8, 4)
 SEEDS = (0, 1, 12345, 2**32 + 7, 2**64 - 1, -5)
@@ -33,20 +34,11 @@ LENGTHS = (0, 1, 3, 5, 17, 31, 33, 63, 100, 129, 1000, 4099)
 TWIN_FORMATS = ("ufp4", "nvfp4", "mxfp4", "int4-b16-fp32", "nf4-b64-fp32", "e2m1")
 
 
-def _u32(a) -> np.ndarray:
-    a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a))
-    if a.dtype == np.float32 or a.dtype == np.int32:
-        return a.view(np.uint32)
-    if a.dtype == np.int16:
-        return a.view(np.uint16)
-    return a
-
-
 def _scale_codes(sc) -> np.ndarray:
     if isinstance(sc, torch.Tensor):
         sc = sc.view(torch.int16) if sc.dtype == torch.uint16 else sc
         sc = sc.numpy()
-    return _u32(sc)
+    return bit_patterns(sc)
 
 
 def assert_same_qt(got, want) -> None:
@@ -55,13 +47,13 @@ def assert_same_qt(got, want) -> None:
     assert np.array_equal(gc, np.asarray(want.codes)), f"codes differ at {np.argwhere(gc != want.codes)[:3]}"
     wsc = np.asarray(want.scale_codes)
     if wsc.size:
-        assert np.array_equal(_scale_codes(got.scale_codes).astype(np.int64), _u32(wsc).astype(np.int64))
-        assert np.array_equal(_u32(got.scales), _u32(np.asarray(want.scales, np.float32)))
+        assert np.array_equal(_scale_codes(got.scale_codes).astype(np.int64), bit_patterns(wsc).astype(np.int64))
+        assert same_bits(got.scales, np.asarray(want.scales, np.float32))
     if want.tensor_scale is None:
         assert got.tensor_scale is None
     else:
         g = np.array([float(got.tensor_scale)], np.float32)
-        assert _u32(g)[0] == _u32(np.array([want.tensor_scale], np.float32))[0]
+        assert bit_patterns(g)[0] == bit_patterns(np.array([want.tensor_scale], np.float32))[0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -210,7 +202,7 @@ def test_sr_bits_24_is_the_default(name):
 def test_sr_bits_is_keyword_only_in_quantize():
     x = make_input("random", 16, 32, seed=0)
     with pytest.raises(TypeError):
-        fp4lab.quantize(x, "mxfp4", "sr", 0, -1, None, 0, 8)  # noqa: the 8th positional is not sr_bits
+        fp4lab.quantize(x, "mxfp4", "sr", 0, -1, None, 0, 8)  # the 8th positional is not sr_bits
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -401,7 +393,7 @@ def test_triton_quantize_sr_general_random_path(bits):
             assert got.axis == want.axis
             assert np.array_equal(got.codes.numpy(), want.codes), (fmt.name, x.shape, tile, dtype)
             assert np.array_equal(_scale_codes(got.scale_codes).astype(np.int64),
-                                  _u32(want.scale_codes).astype(np.int64))
-            assert np.array_equal(_u32(got.scales), _u32(np.asarray(want.scales, np.float32)))
+                                  bit_patterns(want.scale_codes).astype(np.int64))
+            assert same_bits(got.scales, np.asarray(want.scales, np.float32))
             if want.tensor_scale is not None:
                 assert float(got.tensor_scale) == float(want.tensor_scale)

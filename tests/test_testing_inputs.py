@@ -19,10 +19,6 @@ FLT_MAX = float(np.finfo(F32).max)
 TINY = float(np.finfo(F32).tiny)
 
 
-def u32(a) -> np.ndarray:
-    return np.ascontiguousarray(a, F32).view(np.uint32)
-
-
 def shape_for(kind: str) -> tuple[int, int]:
     return (16, 64) if INPUT_KINDS[kind].family == "conformance" else (24, 96)
 
@@ -43,10 +39,10 @@ def test_every_kind_is_documented_and_in_a_family():
 def test_every_kind_is_deterministic_float32(kind):
     a, b = make(kind, seed=5), make(kind, seed=5)
     assert a.dtype == F32 and a.shape == shape_for(kind) and a.flags.c_contiguous
-    assert np.array_equal(u32(a), u32(b))
+    assert same_bits(a, b)
     constant = kind in ("zero", "neg_zero", "nan")
-    assert constant or not np.array_equal(u32(a), u32(make(kind, seed=6))), kind
-    assert np.array_equal(u32(make(kind)), u32(make(kind, seed=INPUT_KINDS[kind].default_seed)))
+    assert constant or not same_bits(a, make(kind, seed=6)), kind
+    assert same_bits(make(kind), make(kind, seed=INPUT_KINDS[kind].default_seed))
 
 
 def test_make_inputs_refuses_bad_requests():
@@ -98,12 +94,12 @@ def test_midpoint_kind_is_a_tie_of_the_format():
 
 
 def test_special_element_kinds():
-    assert (u32(make("zero")) == 0).all() and (u32(make("neg_zero")) == 0x80000000).all()
+    assert (bit_patterns(make("zero")) == 0).all() and (bit_patterns(make("neg_zero")) == 0x80000000).all()
     sub = np.abs(make("subnormal"))
     assert ((sub > 0) & (sub < TINY)).all()
     huge = np.abs(make("huge"))
     assert np.isfinite(huge).all() and (huge >= FLT_MAX / 128).all()
-    assert (u32(make("nan")) == 0x7FC00000).all()
+    assert (bit_patterns(make("nan")) == 0x7FC00000).all()
     inf = make("inf")
     assert np.isinf(inf).all() and (inf > 0).any() and (inf < 0).any()
     p = np.abs(make("pow2_ulp")).astype(np.float64)
@@ -123,7 +119,7 @@ def test_conformance_kinds_have_their_properties():
     assert on_grid.all()
     assert np.isin(np.abs(ties[:, ::16]), [fmt.element.amax * 2.0**k for k in range(-3, 4)]).all()
     z = make("zero_blocks")
-    assert (u32(z[:, :32]) == 0).all() and (u32(z[::2, 32:48]) == 0x80000000).all()
+    assert (bit_patterns(z[:, :32]) == 0).all() and (bit_patterns(z[::2, 32:48]) == 0x80000000).all()
     sub = np.abs(make("subnormal_blocks")[:, 16:])
     assert ((sub > 0) & (sub < TINY)).any()
     huge = make("huge_values")
@@ -132,7 +128,7 @@ def test_conformance_kinds_have_their_properties():
     nan = make("nan_blocks")
     want = np.zeros(nan.shape, bool)
     want[::3, 5] = True
-    assert np.array_equal(np.isnan(nan), want) and (u32(nan[want]) == 0x7FC00000).all()
+    assert np.array_equal(np.isnan(nan), want) and (bit_patterns(nan[want]) == 0x7FC00000).all()
     inf = make("inf_blocks")
     assert (inf[::4, 20] == np.inf).all() and (inf[1::4, 40] == -np.inf).all() and np.isinf(inf).sum() == 8
     nb = make("pow2_boundaries").astype(np.float64)
@@ -144,8 +140,8 @@ def test_verify_kinds_have_their_properties():
     tiny, huge = make("range_edge_tiny", 3), make("range_edge_huge", 4)
     assert np.abs(tiny).max() < 2.0**-100 and ((tiny != 0) & (np.abs(tiny) < TINY)).any()
     assert np.isfinite(huge).all() and (np.abs(huge[:, ::7]) == FLT_MAX).all()
-    assert np.array_equal(u32(range_edge_input(24, 96, 3)), u32(make("range_edge_huge", 3)))
-    assert np.array_equal(u32(range_edge_input(24, 96, 4)), u32(make("range_edge_tiny", 4)))
+    assert same_bits(range_edge_input(24, 96, 3), make("range_edge_huge", 3))
+    assert same_bits(range_edge_input(24, 96, 4), make("range_edge_tiny", 4))
     adv = make_inputs("adversarial_rows", (64, 256), 1)
     assert np.isnan(adv[5::8]).any() and np.isinf(adv[5::8]).any() and not np.isnan(adv[np.arange(64) % 8 != 5]).any()
     assert ((adv[3::8] != 0) & (np.abs(adv[3::8]) < TINY)).any()
@@ -157,7 +153,7 @@ def test_verify_kinds_have_their_properties():
 
 def test_nan_payloads_kind_holds_the_stated_payloads():
     x = make_inputs("nan_payloads", (64, 64), 0)
-    pats = set(np.unique(u32(x)[np.isnan(x)]).tolist())
+    pats = set(np.unique(bit_patterns(x)[np.isnan(x)]).tolist())
     assert pats == set(NAN_PAYLOADS)
 
 
@@ -207,7 +203,7 @@ def test_nan_payloads_and_signed_zeros_count():
     assert mismatches(np.float32([1.0, np.inf]), np.float32([1.0, -np.inf]), nan="any") == 1
     assert (bit_patterns(b, nan="any")[:2] == 0x7FC00000).all()
     # float32 results against stored uint32 bits compare the same way in both modes
-    assert mismatches(a, u32(b)) == 3 and mismatches(a, u32(b), nan="any") == 1
+    assert mismatches(a, bit_patterns(b)) == 3 and mismatches(a, bit_patterns(b), nan="any") == 1
 
 
 def test_comparison_refuses_bad_operands():

@@ -17,12 +17,17 @@ them is a float array, so a float32 result compares with stored uint32 bits the 
     mismatch_mask(a, b)         -> bool array, True where the patterns differ
     bit_patterns(a, nan=...)    -> the integer patterns compared
 
+Narrow float types that numpy does not know (ml_dtypes' bfloat16 / float8 / float4 arrays, torch's bfloat16 and
+float8 tensors) compare as their raw unsigned patterns of the same width (``nan="any"`` leaves their NaNs exact).
+Torch tensors are accepted without importing torch here: they are detached and copied to the host.
+
 Operands must have the same shape (``InputError`` otherwise: no broadcasting) and, where one is a float array,
 the other must be a float or integer array of the same width.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -41,9 +46,20 @@ def _check_policy(nan: str) -> None:
         raise InputError(f"bit comparison: nan must be 'exact' or 'any', got {nan!r}")
 
 
+def _host(a: Any) -> Any:
+    """A torch tensor as a host numpy array (a dtype numpy lacks as its integer patterns); anything else as is."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(a, torch.Tensor):
+        return a
+    t = a.detach().cpu().contiguous()
+    if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
+        t = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t.numpy()
+
+
 def _raw(a: Any) -> tuple[np.ndarray, bool]:
     """(unsigned bit patterns, whether ``a`` was a float array)."""
-    a = np.ascontiguousarray(a)
+    a = np.ascontiguousarray(_host(a))
     kind, size = a.dtype.kind, a.dtype.itemsize
     if kind == "f" and size in _FLOAT_BITS:
         return a.view(_UINT[size]), True
@@ -51,6 +67,8 @@ def _raw(a: Any) -> tuple[np.ndarray, bool]:
         return a.view(_UINT[size]), False
     if kind == "b":
         return a.view(np.uint8), False
+    if kind == "V" and size in _UINT and a.dtype.fields is None:  # ml_dtypes' narrow floats
+        return a.view(_UINT[size]), False
     if kind == "u":
         return a, False
     raise InputError(f"bit comparison: cannot take bit patterns of dtype {a.dtype} (float16/32/64 or integers)")
@@ -77,7 +95,8 @@ def mismatch_mask(a: Any, b: Any, nan: str = "exact") -> np.ndarray:
     if pa.shape != pb.shape:
         raise InputError(f"bit comparison: shapes {pa.shape} and {pb.shape} differ")
     if (fa or fb) and pa.dtype.itemsize != pb.dtype.itemsize:
-        raise InputError(f"bit comparison: a {np.asarray(a).dtype} array against a {np.asarray(b).dtype} array: "
+        raise InputError(f"bit comparison: a {np.asarray(_host(a)).dtype} array against a "
+                         f"{np.asarray(_host(b)).dtype} array: "
                          "float bit patterns compare only with patterns of the same width")
     if nan == "any" and (fa or fb):
         pa, pb = _canonical_nans(pa), _canonical_nans(pb)
