@@ -107,8 +107,9 @@ def bench_quantize(res: dict, quick: bool) -> None:
                 for cfg in configs:
                     if rht and cfg[1] % rht:
                         continue
-                    fn = lambda: quantize_triton(x, fmt, opts, packed=True, tensor_amax=amax, store_scales=False,
-                                                 tile=cfg)
+                    def fn(cfg=cfg):
+                        return quantize_triton(x, fmt, opts, packed=True, tensor_amax=amax, store_scales=False,
+                                               tile=cfg)
                     try:  # tiles are ranked by kernel time: per call, the Python launch path dominates
                         kms = graph_ms(fn)
                     except Exception as e:  # a tile the compiler rejects is skipped, and recorded
@@ -186,7 +187,8 @@ def bench_dequantize(res: dict) -> None:
                                                tile=cfg), rep=50), cfg)
         d[name] = {"ms": best[0], "tile": best[1], "TBps": nbytes / best[0] / 1e9,
                    "vs_copy": (nbytes / best[0]) / (4 * n / copy_ms), "kernel_ms": kms,
-                   "kernel_TBps": nbytes / kms / 1e9, "kernel_vs_copy": (nbytes / kms) / (4 * n / res["copy"]["graph_ms"])}
+                   "kernel_TBps": nbytes / kms / 1e9,
+                   "kernel_vs_copy": (nbytes / kms) / (4 * n / res["copy"]["graph_ms"])}
         print("dequantize", name, d[name], flush=True)
 
 
@@ -221,8 +223,9 @@ def bench_dot_scaled(g: dict, qa, qb, flop: int, cub: float) -> None:
     for cfg in ((128, 256, 64, 8, 3, False), (128, 128, 64, 4, 4, False), (128, 128, 64, 4, 4, True)):
         bm, bn, bk, warps, stages, fast = cfg
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
-        run = lambda: _dot_scaled_mxfp4[grid](a, b, qa.scale_codes, qb.scale_codes, c, M, N, K, BM=bm, BN=bn,
-                                              BK=bk, GROUP_M=8, FAST=fast, num_warps=warps, num_stages=stages)
+        def run(grid=grid, bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, fast=fast):
+            _dot_scaled_mxfp4[grid](a, b, qa.scale_codes, qb.scale_codes, c, M, N, K, BM=bm, BN=bn,
+                                    BK=bk, GROUP_M=8, FAST=fast, num_warps=warps, num_stages=stages)
         try:
             run()
             ms = t_ms(run, rep=50)
@@ -256,8 +259,9 @@ def bench_gemm(res: dict, quick: bool) -> None:
         ms = t_ms(lambda: gemm_triton(qa, qb, "fast"))
         g[f"{name}/fast"] = {"ms": ms, "TFLOPs": flop / ms / 1e9, "vs_cublas": flop / ms / 1e9 / cub}
         # where the time goes: dequantizing both operands, and cuBLAS on the dequantized (4-bit valued) bf16
-        deq = lambda q: dequantize_triton(q.codes, q.scale_codes, None, fmt, 1, rotated=True,
-                                          out_dtype=torch.bfloat16, apply_tensor_scale=False)
+        def deq(q, fmt=fmt):
+            return dequantize_triton(q.codes, q.scale_codes, None, fmt, 1, rotated=True,
+                                     out_dtype=torch.bfloat16, apply_tensor_scale=False)
         da, db = deq(qa), deq(qb)
         g[f"{name}/fast"]["dequantize_both_ms"] = t_ms(lambda: (deq(qa), deq(qb)), rep=50)
         g[f"{name}/fast"]["cublas_on_dequantized_ms"] = t_ms(lambda: torch.mm(da, db.t()))
@@ -301,7 +305,7 @@ def main() -> None:
     copy_ms = t_ms(lambda: x.clone())
     res["copy"] = {"ms": copy_ms, "TBps": 4 * x.numel() / copy_ms / 1e9, "what": "bf16 16384x8192 clone",
                    "graph_ms": graph_ms(lambda: x.clone())}
-    del x
+    x = None  # frees the copy's tensor before the kernels run
     sections = (("quantize", lambda: bench_quantize(res, args.quick)), ("dequantize", lambda: bench_dequantize(res)),
                 ("gemm", lambda: bench_gemm(res, args.quick)))
     for part, bench in sections:

@@ -47,8 +47,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from fp4lab.hwspec.mma import Prepared, finish
     from fp4lab.hwspec import get_hw
+    from fp4lab.hwspec.mma import Prepared, finish
     from fp4lab.hwspec.mmasim_oracle import _mmasim_chain, c_array, mmasim_op, oracle_cases
     from fp4lab.hwspec.oracle_inputs import gemm_inputs
 

@@ -8,7 +8,7 @@ arithmetic; ``fp4lab.kernels.params.gemm_plan(fmt)`` picks the same path as on t
   ``max(block, 64)``, then one chain of Hopper ``wgmma.bf16`` instructions in ascending K from C = 0
   (``fp4lab.emulate_gemm(..., hw="hopper-sm90", kind="wgmma.bf16")``: the model that reproduced Triton's
   ``acc = tl.dot(a, b, acc)`` K-loop on an H200 bit for bit, docs/hardware_validation.md section 3; the GEMM
-  kernel itself against this path: benchmarks/cpu_gemm_vs_gpu.py);
+  kernel itself against this path: benchmarks/device/cpu_gemm_vs_gpu.py);
 * per-block: ``acc = acc + (P_b * Sa_b) * Sb_b`` over blocks in ascending K, one fp32 rounding per operation,
   ``P_b`` the exact block dot product (``emulate_gemm(..., scale_mode="per_block")``).
 

@@ -57,7 +57,7 @@ _PLANS: dict[tuple, _Plan] = {}
 def _tile(fmt_tc: int, tr: int, rht_k: int, rht_m: int, along_k: bool, along_m: bool, K: int, M: int,
           interp: bool, tile: tuple[int, ...] | None, coded_scales: bool = False) -> tuple[int, int, int]:
     """(BM, BK, num_warps): the blocked extents and RHT sizes divide it; the bits do not depend on the tile.
-    Measured on the H200 (BENCHMARKS.md, session 12 and 15 tile sweeps):
+    Measured on the H200 (BENCHMARKS.md, "Fake-quant kernel"):
 
     * K only: 16 x 256, 4 warps (the quantize kernel's best);
     * a column pass whose blocks and rotation span 16 rows, alone (ufp4's split passes) or beside the K pass when

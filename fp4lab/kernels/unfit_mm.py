@@ -6,7 +6,7 @@ of A and rows ``j`` of B flagged unfit (not E4M3 times their row's power of two)
 rounding to y's dtype. One program per [BM, BN] tile of ``y`` reads its BM + BN flags and does nothing more when
 none is set (the common case); otherwise it computes its tile with ``tl.dot`` and stores the elements of the
 flagged rows and columns (programs covering 2 x 2 or 4 x 4 tiles were slower on the H200, empty or not:
-``benchmarks/unfit_mm_sweep.py``, BENCHMARKS.md). The counts go to device memory (``counts[0] += M + N`` operand
+``benchmarks/device/unfit_mm_sweep.py``, BENCHMARKS.md). The counts go to device memory (``counts[0] += M + N`` operand
 rows, ``counts[1] +=`` the flagged ones), so nothing waits for the host and the GEMM can be captured in a CUDA
 graph.
 

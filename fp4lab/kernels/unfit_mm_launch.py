@@ -14,7 +14,7 @@ _PLANS: dict[tuple, Any] = {}
 
 
 # (BM, BN, BK, warps, stages) on the GPU: within 0.3 us of the fastest empty launch (the cost every FP8 GEMM pays)
-# and close to the fastest with rows to compute (H200, benchmarks/unfit_mm_sweep.py; BENCHMARKS.md)
+# and close to the fastest with rows to compute (H200, benchmarks/device/unfit_mm_sweep.py; BENCHMARKS.md)
 GPU_TILE = (128, 128, 64, 4, 3)
 
 
