@@ -1,4 +1,4 @@
-"""Installation and first-run cost (issue 13 items 14-15): numpy is not capped for every user, and README's
+"""Installation and first-run cost: numpy is not capped for every user, and README's
 first command compiles no numba kernel (and, on the emulator backend, only the kernels it needs, each once).
 
 The first-run time itself is measured by ``benchmarks/first_run.py`` (a subprocess with an empty numba cache).
@@ -7,10 +7,10 @@ The first-run time itself is measured by ``benchmarks/first_run.py`` (a subproce
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 import fp4lab
 from fp4lab import QuantizeOptions

@@ -180,7 +180,7 @@ def test_cli_verify_published_vectors(capsys):
 
 
 def test_zero_sign_is_a_rule_with_provenance():
-    """Issue 14 item 3: the sign of zero results is a spec field with provenance: +0 on NVIDIA (measured on the
+    """The sign of zero results is a spec field with provenance: +0 on NVIDIA (measured on the
     H200), a negative underflow's sign kept on CDNA3 (MMA-Sim's published model, not hardware-validated)."""
     for name in ("hopper-sm90", "blackwell-sm100", "ampere-sm80"):
         assert {k.output.zero_sign.value for k in hwspec.get_hw(name).kinds.values()} == {"positive"}
@@ -224,7 +224,7 @@ def _fmt_file(tmp_path, name, body):
 
 
 def test_native_is_decided_from_values_not_names(tmp_path, capsys):
-    """Issue 13 item 8: an exact E1M2 grid spelled out field by field with UE4M3 scales on 1x16 blocks is native on
+    """An exact E1M2 grid spelled out field by field with UE4M3 scales on 1x16 blocks is native on
     the proposal's bsmma.e1m2; a table grid called "e1m2" with other values is not; a UE5M3 scale is not."""
     from fp4lab.formats import get_format
     from fp4lab.hwspec.native import find_native
