@@ -15,16 +15,13 @@ import fp4lab
 from fp4lab import QuantizeOptions
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
 from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
+from fp4lab.formats import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.testing import block_inputs, float32_arrays, quant_formats, rounding_modes
+from fp4lab.testing.bits import bit_patterns, same_bits
 
-MODES = ("rtne", "rtna", "rtnz", "rtz", "sr")
+MODES = ROUNDING_MODES  # every mode fp4lab.quantize accepts
 F32 = np.float32
-
-
-def _bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view(np.uint32) if a.dtype == np.float32 else a
 
 
 def assert_twin(x: np.ndarray, fmt: QuantFormat, **kw) -> None:
@@ -33,16 +30,16 @@ def assert_twin(x: np.ndarray, fmt: QuantFormat, **kw) -> None:
     for field in ("codes", "scale_codes", "scales"):
         a, b = getattr(ref, field), getattr(got, field)
         assert a.dtype == b.dtype and a.shape == b.shape, (field, a.dtype, b.dtype, a.shape, b.shape)
-        assert np.array_equal(_bits(a), _bits(b)), f"{fmt.name} {kw}: {field} differ"
+        assert same_bits(a, b), f"{fmt.name} {kw}: {field} differ"
     assert (ref.tensor_scale is None) == (got.tensor_scale is None)
     if ref.tensor_scale is not None:
         assert type(ref.tensor_scale) is type(got.tensor_scale)
-        assert _bits(F32(ref.tensor_scale)) == _bits(F32(got.tensor_scale))
+        assert bit_patterns(F32(ref.tensor_scale)) == bit_patterns(F32(got.tensor_scale))
     assert (ref.axis, ref.rounding, ref.seed, ref.rht, ref.rht_seed) == \
         (got.axis, got.rounding, got.seed, got.rht, got.rht_seed)
     for rotated in (False, True) if kw.get("rht") else (False,):
         a, b = dequantize_reference(ref, rotated=rotated), dequantize_emulated(got, rotated=rotated)
-        assert a.dtype == b.dtype == np.float32 and np.array_equal(_bits(a), _bits(b)), f"{fmt.name} {kw}: dequantize"
+        assert a.dtype == b.dtype == np.float32 and same_bits(a, b), f"{fmt.name} {kw}: dequantize"
 
 
 def _edge_tensor(fmt: QuantFormat, shape: tuple[int, ...], seed: int) -> np.ndarray:

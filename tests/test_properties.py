@@ -22,10 +22,11 @@ from fp4lab import QuantizeOptions
 from fp4lab.emulator.pack import unpack_nibbles
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale
 from fp4lab.emulator.ref_quantize import quantize_reference
-from fp4lab.formats import BlockLayout, FloatGrid, QuantFormat, ScaleRule, model_to_toml
+from fp4lab.formats import THRESHOLD_MODES, BlockLayout, QuantFormat, ScaleRule, model_to_toml
 from fp4lab.formats.rules import AMAX_METHODS, OCP_METHODS
 from fp4lab.formats.spec_io import load_model
 from fp4lab.testing import block_inputs, element_grids, float32_arrays, quant_formats, rounding_modes
+from fp4lab.testing.bits import same_bits
 
 SCALING_METHODS = AMAX_METHODS + OCP_METHODS  # every rule that computes block scales
 
@@ -38,10 +39,6 @@ NEAREST = ("rtne", "rtna", "rtnz")
 
 few = settings(max_examples=60, deadline=None)
 some = settings(max_examples=100, deadline=None)
-
-
-def bits(a) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(a, dtype=F32)).view(np.uint32)
 
 
 def element_only(grid, rounding: str = "rtne", **kw) -> QuantFormat:
@@ -122,7 +119,7 @@ def test_decode_encode_every_code(grid):
     usable = np.array([np.isfinite(v) and v in levels for v in vals])
     v32 = vals[usable].astype(F32)
     back = decode_elements(encode_elements(v32, grid, "rtne"), grid)
-    assert np.array_equal(bits(back), bits(v32))
+    assert same_bits(back, v32)
     # every level is some code's value and rounding a level returns a code with exactly that value
     assert levels <= {float(v) for v in vals if np.isfinite(v)}
     if grid.nan_code is not None:
@@ -157,7 +154,7 @@ def test_api_element_rounding_matches_definition(gi, mode):
     qt = fp4lab.quantize(t, element_only(grid, mode))
     want = oracle_codes(t, grid, mode)
     assert np.array_equal(qt.codes, want)
-    assert np.array_equal(bits(fp4lab.dequantize(qt)), bits(decode_elements(want, grid)))
+    assert same_bits(fp4lab.dequantize(qt), decode_elements(want, grid))
 
 
 @some
@@ -178,7 +175,7 @@ def test_sign_symmetry(gi, mode):
     grid, t = gi
     assume(grid.is_sign_symmetric)
     if mode == "rtne" and getattr(grid, "table", None) is not None:
-        lv, c = grid.levels, grid.level_codes_pos
+        c = grid.level_codes_pos
         assume(np.array_equal(c % 2, (c % 2)[::-1]))
     pos = decode_elements(encode_elements(t, grid, mode), grid).astype(np.float64)
     neg = decode_elements(encode_elements(-t, grid, mode), grid).astype(np.float64)
@@ -254,7 +251,8 @@ def test_sr_differs_across_seeds(case, seeds):
     assume(0.25 <= p <= 0.75)
     x = np.full(512, t, F32)
     fmt = element_only(grid, "sr")
-    assert not np.array_equal(fp4lab.quantize(x, fmt, seed=seeds[0]).codes, fp4lab.quantize(x, fmt, seed=seeds[1]).codes)
+    a, b = (fp4lab.quantize(x, fmt, seed=s).codes for s in seeds[:2])
+    assert not np.array_equal(a, b)
 
 
 def bernstein_bound(n: int, p: float, delta: float) -> float:
@@ -399,7 +397,7 @@ def test_scale_codes_decode_to_the_stored_scales(data):
     x = data.draw(block_inputs(fmt))
     qt = quiet(fp4lab.quantize, x, fmt)
     assert qt.scale_codes.dtype == fmt.scale.code_dtype
-    assert np.array_equal(bits(qt.scales), bits(fmt.scale.decode(qt.scale_codes)))
+    assert same_bits(qt.scales, fmt.scale.decode(qt.scale_codes))
 
 
 @few
@@ -505,7 +503,8 @@ def test_pow2_scales_make_divide_and_reciprocal_identical(data):
     a = quiet(fp4lab.quantize, x, _with(fmt, scale_rule={**fmt.scale_rule.model_dump(), "element_scaling": "divide"}))
     S = np.asarray(a.scales)
     assume(np.all(np.isnan(S) | ((S >= 2.0**-126) & (S <= 2.0**126))))
-    b = quiet(fp4lab.quantize, x, _with(fmt, scale_rule={**fmt.scale_rule.model_dump(), "element_scaling": "reciprocal"}))
+    reciprocal = {**fmt.scale_rule.model_dump(), "element_scaling": "reciprocal"}
+    b = quiet(fp4lab.quantize, x, _with(fmt, scale_rule=reciprocal))
     assert np.array_equal(a.codes, b.codes)
 
 
@@ -582,8 +581,8 @@ def test_spec_toml_round_trip(fmt, tmp_path_factory):
     path.write_text(model_to_toml(fmt))
     back = load_model(QuantFormat, path)
     assert back == fmt
-    assert np.array_equal(bits(grid_values_f32(back.element)), bits(grid_values_f32(fmt.element)))
-    for mode in ("rtne", "rtna", "rtnz", "rtz"):
+    assert same_bits(grid_values_f32(back.element), grid_values_f32(fmt.element))
+    for mode in THRESHOLD_MODES:
         assert np.array_equal(back.element.thresholds(mode), fmt.element.thresholds(mode))
 
 

@@ -44,7 +44,8 @@ through ``compose_elements``, the float32 specials ``SPECIAL_F32``): hypothesis 
 ``float32_arrays(shape=None, allow_nan=True, allow_inf=True)``
     float32 arrays of any values with the same adversarial mix, not tied to a format.
 ``rounding_modes(deterministic_only=False)``
-    "rtne", "rtna", "rtnz", "rtz" and (unless ``deterministic_only``) "sr".
+    every name of ``fp4lab.formats.ROUNDING_MODES``, or only ``DETERMINISTIC_MODES`` (round to nearest and
+    truncation).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def _int_grids(draw: st.DrawFn, max_bits: int) -> IntGrid | None:
 
 def _positive_f32(lo_exp: int = -20, hi_exp: int = 20) -> st.SearchStrategy[float]:
     """Positive float32 values with at most 8 significant bits, 2^lo_exp .. 2^hi_exp (keeps tables readable)."""
-    return st.builds(lambda mant, k: float(np.ldexp(mant, k)), st.integers(128, 255), st.integers(lo_exp - 7, hi_exp - 7))
+    return st.builds(lambda mant, k: float(np.ldexp(mant, k)), st.integers(128, 255),
+                     st.integers(lo_exp - 7, hi_exp - 7))
 
 
 @st.composite
