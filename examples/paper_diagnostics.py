@@ -35,11 +35,12 @@ def grid_bias_section() -> list[str]:
     e2 = bias.level_bias(fp4lab.get_format("e2m1"))
     e1 = bias.level_bias(fp4lab.get_format("e1m2"))
     out = ["## 1. Grid shrinkage bias (paper Eq. 1-2)", "",
-           "Locally-uniform bias `(l_i - r_i)/2` per interior level, grid units (`fp4lab.analysis.bias.level_bias`).", "",
+           "Locally-uniform bias `(l_i - r_i)/2` per interior level, grid units "
+           "(`fp4lab.analysis.bias.level_bias`).", "",
            _row("grid", "level q", "bin", "ours", "paper"), _row(*["---"] * 5)]
     paper = {2.0: "−0.125 [P, footnote 2]", 4.0: "−0.25 (\"same asymmetry at twice the scale\")"}
-    for q, l, r, b in zip(e2.levels[e2.interior], e2.left[e2.interior], e2.right[e2.interior], e2.bias[e2.interior]):
-        out.append(_row("E2M1", f"{q:g}", f"({q - l:g}, {q + r:g})", f"{b:+.4f}", paper.get(float(q), "0 (ℓ = r)")))
+    for q, lw, r, b in zip(e2.levels[e2.interior], e2.left[e2.interior], e2.right[e2.interior], e2.bias[e2.interior]):
+        out.append(_row("E2M1", f"{q:g}", f"({q - lw:g}, {q + r:g})", f"{b:+.4f}", paper.get(float(q), "0 (ℓ = r)")))
     out.append(_row("E1M2", "0.25 … 1.5 (all 6)", "symmetric", "all " + ", ".join(f"{v:+.0f}" for v in
                                                                               sorted(set(e1.bias[e1.interior]))),
                     "0 (uniform grid)"))
@@ -77,10 +78,14 @@ def tensor_section() -> list[str]:
             _row("quantity", "paper E2M1", "ours E2M1", "paper E1M2", "ours E1M2"), _row(*["---"] * 5),
             _row("fc1/fwd_x mean ΔSQNR (dB)", "+0.007", f"{g2[1]['delta_sqnr_db']:+.3f}", "−0.008",
                  f"{g1[1]['delta_sqnr_db']:+.3f}"),
-            _row("fc1/fwd_x ΔB_eff", "+0.0001", f"{g2[1]['delta_b_eff']:+.4f}", "−0.0008", f"{g1[1]['delta_b_eff']:+.4f}"),
-            _row("fc2/fwd_x SQNR without RHT (dB)", "21.90", f"{o2[0]['sqnr_db']:.2f}", "19.94", f"{o1[0]['sqnr_db']:.2f}"),
-            _row("fc2/fwd_x SQNR with RHT (dB)", "20.00", f"{o2[1]['sqnr_db']:.2f}", "23.19", f"{o1[1]['sqnr_db']:.2f}"),
-            _row("fc2/fwd_x ΔSQNR (dB)", "−1.90", f"{o2[1]['delta_sqnr_db']:+.2f}", "+3.25", f"{o1[1]['delta_sqnr_db']:+.2f}"),
+            _row("fc1/fwd_x ΔB_eff", "+0.0001", f"{g2[1]['delta_b_eff']:+.4f}", "−0.0008",
+                 f"{g1[1]['delta_b_eff']:+.4f}"),
+            _row("fc2/fwd_x SQNR without RHT (dB)", "21.90", f"{o2[0]['sqnr_db']:.2f}", "19.94",
+                 f"{o1[0]['sqnr_db']:.2f}"),
+            _row("fc2/fwd_x SQNR with RHT (dB)", "20.00", f"{o2[1]['sqnr_db']:.2f}", "23.19",
+                 f"{o1[1]['sqnr_db']:.2f}"),
+            _row("fc2/fwd_x ΔSQNR (dB)", "−1.90", f"{o2[1]['delta_sqnr_db']:+.2f}", "+3.25",
+                 f"{o1[1]['delta_sqnr_db']:+.2f}"),
             _row("fc2/fwd_x B_eff none → RHT", "0.56 → 0.97 (format not stated)",
                  f"{o2[0]['b_eff']:.2f} → {o2[1]['b_eff']:.2f}", "", f"{o1[0]['b_eff']:.2f} → {o1[1]['b_eff']:.2f}"),
             _row("α (shrinkage)", "< 1", f"{g2[0]['alpha']:.4f} (gaussian)", "≈ 1", f"{g1[0]['alpha']:.4f} (gaussian)"),

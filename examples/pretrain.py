@@ -194,7 +194,6 @@ def _table(rows: list[tuple]) -> None:
 def _packed(args: argparse.Namespace, runs: list) -> dict[str, Any]:
     """{label: record} of the runs finished in the packs under --done-from (checked: code version, settings)."""
     from fp4lab.study import pack
-
     from fp4lab.study.data import load_corpus
 
     records = [r for folder in args.done_from or () for r in pack.load_packs(folder)]

@@ -2,9 +2,9 @@
 
 Public API (README.md, "Using it"): formats (``list_formats``, ``get_format``, ``load_format``, ``register``),
 ``quantize`` / ``dequantize`` / ``rht`` (numba emulator on CPU, Triton kernels on CUDA; ``QuantizeOptions`` is the
-record of quantize's options that every backend takes), ``pack`` / ``unpack`` (codes two per byte), ``gemm``, and hardware emulation (``list_hw``,
-``get_hw``, ``emulate_mma``, ``emulate_gemm``); ``fp4lab.interop`` converts to and from torch dtypes, ml_dtypes
-and torchao tensors.
+record of quantize's options that every backend takes), ``pack`` / ``unpack`` (codes two per byte),
+``gemm``, and hardware emulation (``list_hw``, ``get_hw``, ``emulate_mma``, ``emulate_gemm``); ``fp4lab.interop``
+converts to and from torch dtypes, ml_dtypes and torchao tensors.
 """
 
 from fp4lab import interop  # torch, ml_dtypes and torchao load on first use

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.errors import InputError
+from fp4lab.formats.quant_format import QuantFormat
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,7 +66,8 @@ class QuantizedTensor:
         """uint8, two codes per byte along the last axis: element 2i in the low nibble, 2i+1 in the high nibble
         (``packed_codes`` where the kernel wrote them, else packed from ``codes``)."""
         if self.fmt.element.bits > 4:
-            raise InputError(f"packed(): format '{self.fmt.name}' has {self.fmt.element.bits}-bit codes; only <= 4 pack")
+            raise InputError(f"packed(): format '{self.fmt.name}' has {self.fmt.element.bits}-bit codes; "
+                             "only <= 4 pack")
         if self.packed_codes is not None:
             return self.packed_codes
         from fp4lab.layout import pack_nibbles_reference, pack_nibbles_torch

@@ -53,8 +53,8 @@ def fit(table: Any, con: Any) -> Any:
     """``table`` with fixed widths for its wrapping columns so that it fits ``con.width``, or unchanged if it fits.
 
     The no-wrap columns keep their natural width (every value whole); the wrapping columns share what is left, each
-    at least its longest word where possible (else folded), the rest in proportion to its natural width. (rich's own collapse
-    can cut a no-wrap column while a wrapping one still has room.)"""
+    at least its longest word where possible (else folded), the rest in proportion to its natural width. (rich's own
+    collapse can cut a no-wrap column while a wrapping one still has room.)"""
     options = con.options
     sizes = [table._measure_column(con, options, c) for c in table.columns]  # (min, max), padding included
     room = con.width - table._extra_width

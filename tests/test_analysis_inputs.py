@@ -63,9 +63,9 @@ def test_load_refuses_pickles_and_bad_input(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError):
         tensors_io.load_tensor(tmp_path / "obj.npy")
-    import torch
-
     import datetime
+
+    import torch
 
     torch.save({"w": datetime.date(2020, 1, 1)}, tmp_path / "evil.pt")
     with pytest.raises(Exception):  # weights_only=True refuses arbitrary classes

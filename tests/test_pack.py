@@ -9,8 +9,8 @@ from hypothesis.extra import numpy as hnp
 from torchao.prototype.mx_formats.kernels import pack_uint4, unpack_uint4
 
 from fp4lab.emulator.pack import pack_nibbles, unpack_nibbles
-from fp4lab.layout import pack_nibbles_reference, unpack_nibbles_reference
 from fp4lab.errors import InputError
+from fp4lab.layout import pack_nibbles_reference, unpack_nibbles_reference
 
 
 @st.composite

@@ -81,3 +81,24 @@ def test_fp4lab_command_exits_0(user_files, cmd):
     r = subprocess.run(["bash", "-c", shell], cwd=user_files, env=env(), capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, f"{cmd}: exit {r.returncode}\n{r.stderr[-4000:]}"
+
+
+def test_ci_runs_readme_test_command():
+    """.ci/run ends with README's test command (the second bash block), character for character."""
+    ci = (README.parent / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == blocks("bash")[1].strip()
+
+
+def test_quick_command_leaves_out_every_heavy_marker():
+    """README's quick command deselects exactly the markers that tests/conftest.py assigns to heavy tests, and
+    pyproject.toml registers each of them."""
+    import tomllib
+    from conftest import HEAVY, MARKS
+
+    quick = [b.strip() for b in blocks("bash") if re.search(r'pytest -m "', b)]
+    assert len(quick) == 1, quick
+    expr = re.search(r'-m "([^"]+)"', quick[0]).group(1)
+    assert expr == " and ".join(f"not {m}" for m in HEAVY)
+    registered = tomllib.loads((README.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    names = {line.split(":")[0] for line in registered["markers"]}
+    assert set(HEAVY) <= names and {m for marks in MARKS.values() for m in marks} <= set(HEAVY)

@@ -10,8 +10,7 @@ import pytest
 
 from fp4lab.cli import main
 from fp4lab.errors import SpecError, UnknownRecipeError
-from fp4lab.recipes.config import (BUILTIN_RECIPES, Recipe, get_recipe, list_recipes, load_recipe,
-                                   recipe_to_toml)
+from fp4lab.recipes.config import BUILTIN_RECIPES, Recipe, get_recipe, list_recipes, load_recipe, recipe_to_toml
 
 BUILTIN_DIR = Path(__file__).parents[1] / "fp4lab" / "recipes" / "builtin"
 DOC = Path(__file__).parents[1] / "docs" / "recipes.md"

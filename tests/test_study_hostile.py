@@ -16,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fp4lab.errors import Fp4labError, InputError  # noqa: E402
-from fp4lab.study import captures, data, driver, summary, train as train_mod  # noqa: E402
+from fp4lab.study import captures, data, driver, summary  # noqa: E402
+from fp4lab.study import train as train_mod  # noqa: E402
 from fp4lab.study.model import GPTConfig  # noqa: E402
 from fp4lab.study.runfolder import RunLock, check_label  # noqa: E402
 from fp4lab.study.train import DivergedError, TrainConfig, run_status, train  # noqa: E402

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4lab.layout import swizzle_scales, unswizzle_scales
 from fp4lab.errors import InputError
+from fp4lab.layout import swizzle_scales, unswizzle_scales
 
 
 @settings(max_examples=60, deadline=None)

@@ -25,9 +25,9 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from fp4lab.formats.base import SpecModel, check_text
-from fp4lab.formats.floats import FloatSpecials, FloatFormat, float_format_of
 from fp4lab.errors import SpecError
+from fp4lab.formats.base import SpecModel, check_text
+from fp4lab.formats.floats import FloatFormat, FloatSpecials, float_format_of
 
 RoundingMode = Literal["rtne", "rtna", "rtnz", "rtz", "rtp", "rtm", "sr"]
 DETERMINISTIC_MODES: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz")  # round to nearest, and truncation
@@ -291,7 +291,8 @@ class FloatGrid(_GridBase):
         if self.subnormals:
             return set()
         m = self.mantissa_bits
-        return {c for c in range(self.n_codes) if ((c >> m) & ((1 << self.exponent_bits) - 1)) == 0 and c & ((1 << m) - 1)}
+        e_mask, m_mask = (1 << self.exponent_bits) - 1, (1 << m) - 1
+        return {c for c in range(self.n_codes) if ((c >> m) & e_mask) == 0 and c & m_mask}
 
 
 class IntGrid(_GridBase):
@@ -353,7 +354,8 @@ class TableGrid(_GridBase):
             raise ValueError(f"{where}: give exactly one of 'values' (every code) or 'magnitudes' (sign-magnitude)")
         if self.table is not None:
             if len(self.table) != self.n_codes:
-                raise ValueError(f"{where}: 'values' has {len(self.table)} entries, {self.bits} bits need {self.n_codes}")
+                raise ValueError(f"{where}: 'values' has {len(self.table)} entries, "
+                                 f"{self.bits} bits need {self.n_codes}")
             nonzero = [v for v in self.table if v != 0.0]
             if len(set(nonzero)) != len(nonzero):
                 raise ValueError(f"{where}: 'values' repeats a non-zero value; every code must be distinct")

@@ -7,11 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fp4lab.errors import SpecError
 from fp4lab.formats.base import SpecModel, check_text
 from fp4lab.formats.grids import ElementGrid, FloatGrid, RoundingMode
 from fp4lab.formats.rules import BlockLayout, ScaleRule
 from fp4lab.formats.scales import ScaleFormat
-from fp4lab.errors import SpecError
 
 # Named building blocks a spec file may reference by string instead of spelling out a table.
 NAMED_GRIDS: dict[str, dict[str, Any]] = {
@@ -177,5 +177,6 @@ class QuantFormat(SpecModel):
     @property
     def bits_per_element(self) -> float:
         """Storage cost: element bits plus the block scale amortised over the block (tensor scale ignored)."""
-        extra = self.scale.storage_bits / self.block_size if (self.scale is not None and self.block is not None) else 0.0
+        blocked = self.scale is not None and self.block is not None
+        extra = self.scale.storage_bits / self.block_size if blocked else 0.0
         return self.element.bits + extra

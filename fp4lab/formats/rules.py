@@ -8,10 +8,11 @@ the block. Methods:
   amax lands exactly on the grid maximum: the paper's rule). Two-level formats then divide by the tensor scale.
   The ideal scale is clamped to ``[min_scale, max_scale]`` and encoded into the scale format with
   ``scale_rounding`` (``ceil`` onto a pow2 format is NVIDIA's RCEIL). ``scale_arithmetic`` picks the order of
-  the float32 operations of two-level scaling: torchao's "decode" or TransformerEngine's "encode" convention. With two or more ``targets`` each block is
-  quantized once per target and the candidate with the lower squared (``select_by = "sse"``) or absolute
-  (``"sae"``) error is kept (ties keep the first): ``targets = [6, 4]`` is 4-over-6. ``dequantize_order`` and
-  ``scale_overflow`` pick between libraries' choices (docs/numerics.md, "What other libraries do").
+  the float32 operations of two-level scaling: torchao's "decode" or TransformerEngine's "encode" convention.
+  With two or more ``targets`` each block is quantized once per target and the candidate with the lower squared
+  (``select_by = "sse"``) or absolute (``"sae"``) error is kept (ties keep the first): ``targets = [6, 4]`` is
+  4-over-6. ``dequantize_order`` and ``scale_overflow`` pick between libraries' choices (docs/numerics.md, "What
+  other libraries do").
 * ``rceil`` — shorthand for ``amax`` with ``scale_rounding = "ceil"``.
 * ``floor`` / ``ceil`` / ``even`` — OCP MX exponent rules on a pow2 scale:
   ``e = floor(log2 amax) - floor(log2 grid_max)`` (``ceil``: ``ceil(log2 amax)``; ``even``: amax first rounded to the
@@ -121,7 +122,8 @@ class ScaleRule(SpecModel):
                 raise ValueError(f"{field} {v!r} is not a positive finite float32 "
                                  f"(the clamp is applied in float32)")
         if self.scale_arithmetic == "encode" and self.method not in AMAX_METHODS:
-            raise ValueError(f"scale_rule: scale_arithmetic 'encode' applies to the amax/rceil methods, not '{self.method}'")
+            raise ValueError("scale_rule: scale_arithmetic 'encode' applies to the amax/rceil methods, "
+                             f"not '{self.method}'")
         if self.select_by != "sse" and len(self.targets or ()) < 2:
             raise ValueError(f"scale_rule: select_by '{self.select_by}' chooses among targets; give two or more")
         if self.scale_overflow != "saturate" and self.method not in AMAX_METHODS:

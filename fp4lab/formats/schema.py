@@ -47,7 +47,8 @@ def _cross_field_rules() -> list[dict[str, Any]]:
     return [
         {"if": _scaling(), "then": {"allOf": [_not_null("block"), _not_null("scale")]},
          "else": {"allOf": [{"not": _not_null("block")},
-                            {"not": {"required": ["tensor_scale"], "properties": {"tensor_scale": {"const": "amax"}}}}]},
+                            {"not": {"required": ["tensor_scale"],
+                                     "properties": {"tensor_scale": {"const": "amax"}}}}]},
          "description": "A scaling scale_rule needs a block and a scale; without one there is no block and no "
                         "tensor scale."},
         {"if": method_in(*OCP_METHODS), "then": {"properties": {"scale": pow2}},

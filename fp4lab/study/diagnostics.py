@@ -11,9 +11,9 @@ signs and stochastic-rounding stream of that step; folded tensor scales multipli
 Each row holds ``alpha = <q, r> / ||r||^2`` (``fp4lab.analysis.metrics.alpha``, paper Eq. 3) and ``sqnr_db`` of
 the operand ``q`` against the reference ``r`` in the same basis (the input rotated by the GEMM's RHT when the
 recipe rotates that GEMM). The hooks change no state of the training step: SR streams are the step's own (the
-step a layer's backward advances after its hooks have run). Captures write X, W and dY of the layers matching ``capture_layers`` (fnmatch
-patterns of qualified names) as float32 ``.npy`` files ``<dir>/<layer>.<operand>.npy`` for ``fp4lab compare``
-(X and dY: their first ``capture_rows`` token rows, all rows when 0; W whole).
+step a layer's backward advances after its hooks have run). Captures write X, W and dY of the layers matching
+``capture_layers`` (fnmatch patterns of qualified names) as float32 ``.npy`` files ``<dir>/<layer>.<operand>.npy``
+for ``fp4lab compare`` (X and dY: their first ``capture_rows`` token rows, all rows when 0; W whole).
 """
 
 from __future__ import annotations

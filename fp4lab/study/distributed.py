@@ -138,8 +138,11 @@ class Parallel:
         rank calls it) onto rank 0's CPU, empty on the other ranks."""
         if self.mode != "fsdp":
             return model.state_dict(), opt.state_dict()
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         msd = get_model_state_dict(model, options=options)
@@ -156,8 +159,11 @@ class Parallel:
             model.load_state_dict(msd)
             opt.load_state_dict(osd)
             return
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         names = _param_names(model, opt)
         by_name = {"state": {names[i]: v for i, v in osd["state"].items()},
