@@ -4,7 +4,7 @@ Each run is a fresh subprocess (``python -m fp4lab.cli compare``, README's first
 ``FP4LAB_CACHE_DIR`` set to a new empty directory that the runs share, so the first run compiles every kernel it
 needs and the second loads them from that cache. Per run: wall time and the subprocess's user+sys CPU time (a
 shared machine slows wall time, CPU time much less), plus the numba cache files the first run wrote (index files
-= compiled functions, data files = compiled specializations). Target (issue 13 item 15): first run under 10 s on 2
+= compiled functions, data files = compiled specializations). Target: first run under 10 s on 2
 cores. The machine's load average before each run is recorded.
 
     python benchmarks/first_run.py [--repeat 1] [--threads N] [--out DIR]   # writes DIR/first_run.json

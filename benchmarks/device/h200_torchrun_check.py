@@ -1,4 +1,4 @@
-"""One-GPU torchrun runs of the study against the plain run (issue 15 item 3); writes JSON to ``--out``/$OUT.
+"""One-GPU torchrun runs of the study against the plain run; writes JSON to ``--out``/$OUT.
 
     PYTHONPATH=. python3 benchmarks/device/h200_torchrun_check.py [--size small] [--recipe ufp4] [--steps 60] \
         [--deterministic]
