@@ -24,7 +24,7 @@ from gfloat.types import Domain, FormatInfo  # noqa: E402
 import fp4lab  # noqa: E402
 from fp4lab import QuantizeOptions  # noqa: E402
 from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
-from fp4lab.formats import QuantFormat, ScaleFormat  # noqa: E402
+from fp4lab.formats import THRESHOLD_MODES, QuantFormat, ScaleFormat  # noqa: E402
 from fp4lab.formats.quant_format import NAMED_SCALES  # noqa: E402
 from fp4lab.testing import element_grids, float32_arrays  # noqa: E402
 from fp4lab.testing.bits import same_bits  # noqa: E402
@@ -63,6 +63,13 @@ def probe_values(levels: np.ndarray, seed: int = 0) -> np.ndarray:
 def gfloat_values(fi: FormatInfo, t: np.ndarray, mode: str, sat: bool, step: float = 1.0) -> np.ndarray:
     """gfloat's rounding of float32 ``t`` (exact in float64), in fp4lab's units (``step``: gfloat's INT4 is k/4)."""
     return (gfloat.round_ndarray(fi, t.astype(np.float64) / step, MODES[mode], sat=sat) * step).astype(F32)
+
+GFLOAT_LACKS = {"rtnz"}  # ties toward zero: gfloat 0.5.2 has no such RoundMode
+
+
+def test_every_threshold_mode_is_compared_or_named_as_missing():
+    """MODES covers fp4lab's deterministic modes (fp4lab.formats.THRESHOLD_MODES) but those gfloat lacks."""
+    assert set(MODES) == set(THRESHOLD_MODES) - GFLOAT_LACKS and GFLOAT_LACKS <= set(THRESHOLD_MODES)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
