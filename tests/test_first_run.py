@@ -18,6 +18,7 @@ from fp4lab.emulator import nb_quantize
 from fp4lab.emulator.nb_quantize import Geometry, quantize_blocks
 from fp4lab.emulator.nb_tables import tables_for
 from fp4lab.emulator.quantize import _encode_multipliers, dequantize_emulated, quantize_emulated
+from fp4lab.testing.bits import same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ("_quantize_items_fused", "_quantize_items_unfused", "_encode_flat_items", "_dequantize_items")
@@ -75,7 +76,7 @@ def test_kernels_compile_one_specialization_each():
                     _encode_multipliers(fmt, None), np.uint64(0), np.uint64(0), 24, *(a.copy() for a in tab.args()))
     want = quantize_emulated(x, fmt)
     assert np.array_equal(codes, want.codes.reshape(-1))
-    assert np.array_equal(scales.view(np.uint32), want.scales.reshape(-1).view(np.uint32))
+    assert same_bits(scales, want.scales.reshape(-1))
     sigs = _signatures()
     assert sigs["_quantize_items_fused"] == 1 and sigs["_dequantize_items"] == 1
     assert max(sigs.values()) <= 1, sigs

@@ -41,7 +41,7 @@ def same_qt(a, b) -> None:
         assert b.tensor_scale is None
     else:
         ta, tb = (np.float32(t.item() if isinstance(t, torch.Tensor) else t) for t in (a.tensor_scale, b.tensor_scale))
-        assert ta.view(np.uint32) == tb.view(np.uint32)
+        assert same_bits(ta, tb)
 
 
 def nibbles(packed: torch.Tensor) -> np.ndarray:

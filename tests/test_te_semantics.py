@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fp4lab  # noqa: E402
+from fp4lab.testing.bits import same_bits  # noqa: E402
 
 FLT_MAX = torch.finfo(torch.float32).max
 # (lower, upper, lower_closed, upper_closed) bins of codes 0..7 on |x|, from TE's table
@@ -61,4 +62,4 @@ def test_nvfp4_te_matches_transformer_engine_semantics(row_scales):
     qt = fp4lab.quantize(x, "nvfp4-te")
     assert np.array_equal(qt.codes, codes.numpy())
     assert np.array_equal(qt.scale_codes, scodes.numpy())
-    assert np.float32(qt.tensor_scale).view(np.uint32) == np.float32(g_dec.item()).view(np.uint32)
+    assert same_bits(np.float32(qt.tensor_scale), np.float32(g_dec.item()))
