@@ -62,6 +62,7 @@ class QuantLinear(torch.nn.Linear):
 
     def _set_stream(self, stream: int, step: int, device: Any) -> None:
         """(Re)make the buffers on ``device`` for ``stream`` at ``step``, and the spec (RHT signs per stream)."""
+        self._stream = stream
         self.register_buffer("sr_state", torch.tensor([streams.signed64(stream), step], dtype=torch.int64,
                                                        device=device), persistent=False)
         self.register_buffer("fp8_counts", torch.zeros((len(GEMMS), 2), dtype=torch.int64, device=device),
@@ -78,7 +79,15 @@ class QuantLinear(torch.nn.Linear):
     @property
     def stream(self) -> int:
         """The layer's random stream id (64 bits)."""
-        return int(self.sr_state[0]) & ((1 << 64) - 1)
+        return self._stream
+
+    def reset_parameters(self) -> None:
+        """``nn.Linear``'s initialization, and the random stream back to step 0 (after ``to_empty`` of a model built
+        on the meta device, this also writes the stream into the fresh ``sr_state``)."""
+        super().reset_parameters()
+        if "sr_state" in self._buffers and not self.sr_state.is_meta:
+            with torch.no_grad():
+                self.sr_state.copy_(torch.tensor([streams.signed64(self._stream), 0], dtype=torch.int64))
 
     @property
     def rht_seed(self) -> int:
@@ -111,8 +120,8 @@ class QuantLinear(torch.nn.Linear):
         as this layer's GEMMs ``k_gemm`` (blocked along K, the last axis) and ``m_gemm`` (along axis 0) see it at
         ``step`` (default: the current one); None where not asked for; ts: folded tensor scales of two-level
         formats (else None)."""
-        state = self.sr_state if step is None else torch.tensor([int(self.sr_state[0]), step], dtype=torch.int64,
-                                                                device=self.sr_state.device)
+        state = self.sr_state if step is None else torch.tensor([streams.signed64(self._stream), step],
+                                                                dtype=torch.int64, device=self.sr_state.device)
         r = runtime(self.layer_spec)
         with torch.no_grad():
             return r.operands(t, operand, k_gemm, m_gemm, sr_keys(state, advance=False) if r.draws else None)
