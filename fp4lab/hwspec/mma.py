@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fp4lab.emulator.threads import launch as launch_threads
 from fp4lab.errors import InputError
 from fp4lab.hwspec.operands import operand_format
 from fp4lab.hwspec.registry import get_hw
@@ -128,6 +129,8 @@ class Prepared:
         ea, eb = np.ascontiguousarray(self.ea[:, k0:k1]), np.ascontiguousarray(self.eb[k0:k1])
         c = np.ascontiguousarray(c, dtype=np.float64)
         L = min(k1 - k0, p.fused_len)
+        if impl != "reference":
+            launch_threads()  # before numba's parallel kernels start their threading layer
         if p.algorithm == "gst_fdpa":
             g0, g1 = k0 // p.group, k1 // p.group
             sa, sb = self.sa[:, g0:g1], self.sb[g0:g1]
