@@ -578,3 +578,66 @@ def test_cache_entries_are_keyed_by_every_numba_module():
     if jit.cache_status()[0] is not None:
         d = next(v for v in vars(pack).values() if type(v).__name__ == "CPUDispatcher")
         assert jit.sources_digest() in Path(d._cache._cache_path).parts
+
+
+# ---- tensor files: torch layouts, element counts, npy shapes, odd paths -------------------------------------------
+def _torch_cases():
+    import torch
+
+    return {
+        "stride0": (lambda: torch.zeros(1).expand(1 << 29), "exceed the limit"),  # 1.5 KB file, 2 GiB as float32
+        "sparse": (lambda: torch.eye(4).to_sparse(), "sparse"),
+        "meta": (lambda: torch.empty(4, 4, device="meta"), "meta"),
+        "nested": (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "nested"),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case", ["stride0", "sparse", "meta", "nested"])
+def test_torch_files_count_elements_and_refuse_layouts_without_data(tmp_path, case, capsys):
+    torch = pytest.importorskip("torch")
+    make, needle = _torch_cases()[case]
+    path = tmp_path / f"{case}.pt"
+    torch.save(make(), path)
+    for spec in (str(path), f"{tmp_path / 'd.pt'}::w"):
+        if spec.endswith("::w"):
+            torch.save({"w": make()}, tmp_path / "d.pt")
+        with pytest.raises(InputError) as info:
+            tensors_io.load_tensor(spec)
+        _one_line(str(info.value), str(spec.split("::")[0]), needle)
+    assert cli.main(["compare", "nvfp4", "--dist", str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_npy_headers_with_negative_dimensions_name_the_file(tmp_path, suffix):
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (-4, 4)})
+    blob = buf.getvalue() + b"\0" * 64
+    path = tmp_path / f"neg{suffix}"
+    if suffix == ".npy":
+        path.write_bytes(blob)
+    else:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("w.npy", blob)
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(path)
+    _one_line(str(info.value), str(path), "shape")
+
+
+def test_odd_tensor_paths(tmp_path):
+    """A file named with '::' loads as written (and with a key after it); a link to a device is named as such."""
+    x = np.arange(32, dtype=F32).reshape(2, 16)
+    np.save(tmp_path / "a::b.npy", x)
+    np.savez(tmp_path / "c::d.npz", w=x, v=x)
+    assert np.array_equal(tensors_io.load_tensor(str(tmp_path / "a::b.npy")), x)
+    assert np.array_equal(tensors_io.load_tensor(str(tmp_path / "c::d.npz") + "::w"), x)
+    os.symlink("/dev/zero", tmp_path / "zero.npy")
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(tmp_path / "zero.npy")
+    _one_line(str(info.value), "zero.npy", "not a regular file")
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(str(tmp_path / "missing.npz") + "::w")
+    _one_line(str(info.value), "missing.npz", "no such file")

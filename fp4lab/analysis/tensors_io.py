@@ -5,8 +5,10 @@ or zip member size and ``max_tensor_bytes()``), then only the requested array is
 are refused. ``.pt`` / ``.pth``: zip-format ``torch.save`` files only, declared sizes checked, then
 ``torch.load(weights_only=True, mmap=True)``. ``.safetensors``: the header is parsed and checked here (offsets,
 sizes, dtypes) and only the requested tensor is read. A file holding several tensors needs ``key`` unless it
-holds exactly one; a spec ``path::key`` names a tensor inside a file. Every refusal is a one-line ``InputError``
-naming the file.
+holds exactly one; a spec ``path::key`` names a tensor inside a file (a path that exists as written is never
+split, so ``a::b.npy`` loads). torch tensors must be dense, with data (not sparse, nested or meta), and their
+element count, not their stored bytes (a stride-0 tensor stores one), counts against the limit. Every refusal is a
+one-line ``InputError`` naming the file.
 
 The size limit (bytes of the float32 result, and of what is read) is 1 GiB, or ``FP4LAB_MAX_TENSOR_BYTES``.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -79,6 +82,12 @@ def _to_float32(value: Any, where: str) -> np.ndarray:
         if not isinstance(value, torch.Tensor) or not torch.is_floating_point(value):
             raise InputError(f"{where}: expected a floating-point tensor, got "
                              f"{value.dtype if isinstance(value, torch.Tensor) else type(value).__name__}")
+        if value.is_nested or value.layout != torch.strided:
+            kind = "nested" if value.is_nested else str(value.layout).replace("torch.", "")
+            raise InputError(f"{where}: a {kind} tensor; fp4lab reads dense (strided) tensors only")
+        if value.is_meta:
+            raise InputError(f"{where}: a meta tensor, which holds no data")
+        _check_size(value.numel(), value.element_size(), where)  # counts elements, not stored bytes (stride 0)
         t = value.detach().cpu()
         if t.dtype == torch.float32:
             return np.array(t.numpy(), dtype=np.float32, copy=True)  # never a view of a mapped file
@@ -110,6 +119,8 @@ def _npy_header(f: BinaryIO, where: str) -> tuple[tuple[int, ...], bool, np.dtyp
         raise InputError(f"{where}: not a valid .npy array ({' '.join(str(exc).split())[:160]})") from None
     if dtype.hasobject:
         raise InputError(f"{where}: holds Python objects (a pickle); fp4lab never loads those")
+    if not isinstance(shape, tuple) or any(not isinstance(s, int) or s < 0 for s in shape):
+        raise InputError(f"{where}: not a valid .npy array (header declares shape {str(shape)[:80]})")
     if dtype.kind != "f":
         raise InputError(f"{where}: expected a floating-point array, got dtype {dtype}")
     return tuple(int(s) for s in shape), bool(fortran), dtype
@@ -247,7 +258,9 @@ def _load_torch(path: Path, key: str | None) -> np.ndarray:
         raise InputError(f"{path}: declares {declared} bytes of content, beyond the limit of {limit} bytes "
                          "(FP4LAB_MAX_TENSOR_BYTES)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with warnings.catch_warnings():  # torch's prototype warnings (nested tensors) are not the user's concern
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError:  # torch's message advises disabling the check: never repeat that
         raise InputError(f"{path}: refused: it holds objects other than tensors, numbers, strings and containers "
                          "(fp4lab loads torch files with weights_only=True and never runs their code)") from None
@@ -267,11 +280,19 @@ def _load_torch(path: Path, key: str | None) -> np.ndarray:
     raise InputError(f"{path}: holds a {type(obj).__name__}; expected a tensor or a dict of tensors")
 
 
+def _split_key(text: str) -> tuple[str, str]:
+    """(path, key) of ``path::key``: at the first ``::`` whose left side exists, so that a file or folder named
+    ``a::b.npz`` works; at the first ``::`` if none does (the error then names that path)."""
+    cuts = [i for i in range(len(text) - 1) if text.startswith("::", i)]
+    at = next((i for i in cuts if os.path.lexists(text[:i])), cuts[0])
+    return text[:at], text[at + 2:]
+
+
 def load_tensor(spec: str | Path, key: str | None = None) -> np.ndarray:
     """float32 array from ``spec`` (``path`` or ``path::key``); see the module docstring for the loaders."""
     text = str(spec)
-    if key is None and "::" in text:
-        text, key = text.split("::", 1)
+    if key is None and "::" in text and not os.path.lexists(text):
+        text, key = _split_key(text)
     path = Path(text)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
@@ -280,6 +301,8 @@ def load_tensor(spec: str | Path, key: str | None = None) -> np.ndarray:
         if path.is_dir():
             raise InputError(f"{path}: is a directory, not a tensor file")
         if not path.is_file():
+            if path.exists():
+                raise InputError(f"{path}: not a regular file (a device, FIFO or socket)")
             raise InputError(f"{path}: no such file")
         if suffix == ".npy":
             if key is not None:
