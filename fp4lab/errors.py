@@ -44,3 +44,24 @@ class OutputError(Fp4labError, ValueError):
 
 class DeviceError(Fp4labError, RuntimeError):
     """A GPU library call failed (the library's status code is in the message)."""
+
+
+def check_plain_data(x: object, what: str) -> None:
+    """Raise ``InputError`` where ``x`` holds no plain array data fp4lab could read value for value: a numpy masked
+    array (its masked values would be quantized), a complex array (the imaginary part would be dropped), or a torch
+    tensor that is meta (no data), sparse or nested. Anything else passes (other checks follow)."""
+    kind = None
+    if type(x).__module__.startswith("torch") and hasattr(x, "is_meta"):
+        if x.is_meta:
+            kind = "a meta tensor, which holds no data"
+        elif x.is_nested or str(x.layout) != "torch.strided":
+            kind = f"a {'nested' if x.is_nested else str(x.layout).removeprefix('torch.')} tensor; " \
+                   "fp4lab reads dense (strided) tensors only"
+        elif x.is_complex():
+            kind = f"a complex tensor ({x.dtype}); fp4lab takes real values"
+    elif getattr(x, "mask", None) is not None and type(x).__name__ == "MaskedArray":
+        kind = "a numpy masked array; fill it (x.filled(value)) or drop the masked values first"
+    elif getattr(getattr(x, "dtype", None), "kind", None) == "c":
+        kind = f"a complex array ({x.dtype}); fp4lab takes real values"  # type: ignore[attr-defined]
+    if kind is not None:
+        raise InputError(f"{what}: the input is {kind}")

@@ -641,3 +641,95 @@ def test_odd_tensor_paths(tmp_path):
     with pytest.raises(InputError) as info:
         tensors_io.load_tensor(str(tmp_path / "missing.npz") + "::w")
     _one_line(str(info.value), "missing.npz", "no such file")
+
+
+# ---- API inputs without plain data, impl, distributions, duplicate keys, seeds -------------------------------------
+def _no_plain_data_cases():
+    torch = pytest.importorskip("torch")
+    masked = np.ma.masked_array(np.ones((16, 32), F32), mask=np.eye(16, 32, dtype=bool))
+    masked.data[0, 0] = 1e30  # a masked value must not become the block's amax
+    return {"masked": (masked, "masked"), "complex": (np.ones((16, 32), np.complex64), "complex"),
+            "complex-torch": (torch.ones(16, 32, dtype=torch.complex64), "complex"),
+            "meta": (torch.empty(16, 32, device="meta"), "meta"),
+            "sparse": (torch.eye(32).to_sparse(), "sparse"),
+            "nested": (torch.nested.nested_tensor([torch.ones(32), torch.ones(32)]), "nested")}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case", ["masked", "complex", "complex-torch", "meta", "sparse", "nested"])
+def test_inputs_without_plain_data_are_refused(case):
+    x, needle = _no_plain_data_cases()[case]
+    for call, what in ((lambda: fp4lab.quantize(x, "nvfp4"), "quantize"), (lambda: fp4lab.rht(x, 16), "rht")):
+        with pytest.raises(InputError) as info:
+            call()
+        _one_line(str(info.value), what, needle)
+    with pytest.raises(InputError) as info:
+        fp4lab.emulate_mma(x, np.ones((32, 16)), hw="hopper-sm90", kind="wgmma.bf16")
+    _one_line(str(info.value), "emulate_mma", needle)
+
+
+def test_mma_refuses_complex_accumulators_and_unknown_impls():
+    a, b = np.ones((16, 32)), np.ones((32, 16))
+    with pytest.raises(InputError) as info:
+        fp4lab.emulate_mma(a, b, np.zeros((16, 16), complex), hw="hopper-sm90", kind="wgmma.bf16")
+    _one_line(str(info.value), "c", "complex")
+    for call in (lambda: fp4lab.emulate_mma(a, b, hw="hopper-sm90", kind="wgmma.bf16", impl="bogus"),
+                 lambda: fp4lab.emulate_gemm(a, b.T, hw="hopper-sm90", kind="wgmma.bf16", impl="bogus")):
+        with pytest.raises(InputError) as info:
+            call()
+        _one_line(str(info.value), "impl", "'bogus'")
+
+
+def test_from_torch_refuses_meta_tensors():
+    torch = pytest.importorskip("torch")
+    from fp4lab import interop
+
+    data = torch.empty(16, 8, dtype=torch.float4_e2m1fn_x2, device="meta")
+    scale = torch.empty(16, 1, dtype=torch.float8_e4m3fn, device="meta")
+    with pytest.raises(InputError) as info:
+        interop.from_torch(data, scale, "nvfp4", torch.ones(()))
+    _one_line(str(info.value), "from_torch", "meta")
+
+
+@pytest.mark.parametrize("spec", ["outliers:k=nan", "outliers:k=inf", "student-t:nu=nan", "lognormal:sigma=-inf"])
+def test_distribution_parameters_must_be_finite(spec, capsys):
+    from fp4lab.analysis import distributions
+
+    with pytest.raises(InputError) as info:
+        distributions.parse(spec)
+    _one_line(str(info.value), spec, "finite")
+    assert cli.main(["compare", "nvfp4", "--dist", spec]) == 2
+
+
+def test_duplicate_json_keys_are_refused(tmp_path):
+    spec = tmp_path / "dup.json"
+    spec.write_text('{"name": "a", "name": "b", "element": "e2m1", "block": 16, "scale": "fp32", '
+                    '"scale_rule": {"method": "amax"}}')
+    with pytest.raises(SpecError) as info:
+        fp4lab.load_format(spec)
+    _one_line(str(info.value), str(spec), "'name' appears twice")
+    entry = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    header = ('{"w": ' + json.dumps(entry) + ', "w": ' + json.dumps({**entry, "data_offsets": [8, 16]}) + "}").encode()
+    st = tmp_path / "dup.safetensors"
+    st.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 16)
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(st)
+    _one_line(str(info.value), str(st), "'w' twice")
+
+
+def test_spec_path_to_a_device_is_named_as_such(tmp_path):
+    link = tmp_path / "zero.toml"
+    os.symlink("/dev/zero", link)
+    for load in (fp4lab.load_format, load_hw):
+        with pytest.raises(SpecError) as info:
+            load(link)
+        _one_line(str(info.value), str(link), "not a regular file")
+
+
+@pytest.mark.parametrize("argv", [["compare", "nvfp4", "--seed", "-1"], ["compare", "nvfp4", "--seed", str(2**64)],
+                                  ["verify", "--seed", "-1"], ["sr-bias", "--data-seed", "x"]])
+def test_seed_options_are_named(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert f"argument {argv[-2]}" in capsys.readouterr().err

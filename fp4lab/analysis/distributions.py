@@ -17,6 +17,7 @@ name               definition (float64 draw from ``numpy.random.default_rng(seed
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fp4lab.errors import InputError
 
@@ -59,7 +60,9 @@ def parse(spec: str) -> Distribution:
         try:
             params[key] = float(value)
         except ValueError:
-            raise InputError(f"distribution '{spec}': parameter '{key}' must be a number, got '{value}'") from None
+            params[key] = math.nan
+        if not math.isfinite(params[key]):
+            raise InputError(f"distribution '{spec}': parameter '{key}' must be a finite number, got '{value}'")
     if name == "student-t" and params["nu"] <= 0:
         raise InputError(f"distribution '{spec}': nu must be > 0")
     if name == "outliers" and (params["every"] < 1 or params["every"] != int(params["every"])):

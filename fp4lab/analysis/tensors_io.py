@@ -15,7 +15,6 @@ The size limit (bytes of the float32 result, and of what is read) is 1 GiB, or `
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -25,7 +24,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
+from fp4lab.formats.spec_io import DuplicateKeyError, json_loads_unique
 
 SUFFIXES: tuple[str, ...] = (".npy", ".npz", ".pt", ".pth", ".safetensors")
 DEFAULT_MAX_TENSOR_BYTES = 1 << 30
@@ -82,11 +82,7 @@ def _to_float32(value: Any, where: str) -> np.ndarray:
         if not isinstance(value, torch.Tensor) or not torch.is_floating_point(value):
             raise InputError(f"{where}: expected a floating-point tensor, got "
                              f"{value.dtype if isinstance(value, torch.Tensor) else type(value).__name__}")
-        if value.is_nested or value.layout != torch.strided:
-            kind = "nested" if value.is_nested else str(value.layout).replace("torch.", "")
-            raise InputError(f"{where}: a {kind} tensor; fp4lab reads dense (strided) tensors only")
-        if value.is_meta:
-            raise InputError(f"{where}: a meta tensor, which holds no data")
+        check_plain_data(value, where)
         _check_size(value.numel(), value.element_size(), where)  # counts elements, not stored bytes (stride 0)
         t = value.detach().cpu()
         if t.dtype == torch.float32:
@@ -191,7 +187,10 @@ def _safetensors_header(f: BinaryIO, size: int, path: Path) -> tuple[dict[str, d
     if n > min(size - 8, _MAX_SAFETENSORS_HEADER):
         raise InputError(f"{path}: corrupt safetensors file: header declares {n} bytes, the file has {size}")
     try:
-        header = json.loads(f.read(n).decode("utf-8"))
+        header = json_loads_unique(f.read(n).decode("utf-8"))
+    except DuplicateKeyError as exc:
+        raise InputError(f"{path}: corrupt safetensors file: its header names '{str(exc.args[0])[:80]}' twice") \
+            from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InputError(f"{path}: corrupt safetensors file: its header is not JSON") from None
     if not isinstance(header, dict):

@@ -29,6 +29,17 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def input_seed(text: str) -> int:
+    """An input generator's seed (numpy ``default_rng``): an integer in [0, 2**64)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**64), got '{text[:40]}'")
+    return seed
+
+
 def _fmt(v: Any, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
@@ -320,7 +331,7 @@ def register(subparsers: Any) -> None:
                    help=f"comma-separated RHT sizes, 0 = none (default: {','.join(map(str, DEFAULT_RHT))})")
     p.add_argument("--shape", type=_shape, default=None,
                    help=f"shape of synthetic inputs (default: {'x'.join(map(str, DEFAULT_SHAPE))})")
-    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
     p.add_argument("--rounding", default=None, help="override every format's rounding (rtne, rtna, rtnz, rtz, sr)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
@@ -342,7 +353,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dist", nargs="+", metavar="SPEC", help="input distributions (default: the compare defaults)")
     p.add_argument("--shape", type=_shape, default=(64, 1024), help="per-distribution shape (default 64x1024)")
     p.add_argument("--rht", type=int, default=16, help="RHT size applied to the data (default 16)")
-    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
     add_json_options(p)
     p.set_defaults(func=search_main)
 
@@ -376,6 +387,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shape", type=_shape, default=(256, 2048), help="input shape ROWSxCOLS (default 256x2048)")
     p.add_argument("--rht", type=int, default=None, help="RHT size applied before quantizing (default: none)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
-    p.add_argument("--data-seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--data-seed", type=input_seed, default=0, help="input generator seed (default 0)")
     add_json_options(p)
     p.set_defaults(func=sr_bias_main)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.emulator.threads import launch as launch_threads
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
 from fp4lab.hwspec.operands import operand_format
 from fp4lab.hwspec.registry import get_hw
 from fp4lab.hwspec.schema import MMAKind
@@ -157,9 +157,18 @@ def _with_L(p: ModelParams, L: int) -> ModelParams:
     return replace(p, fused_len=L)
 
 
+IMPLS = ("numba", "reference")
+
+
+def _check_impl(impl: Any, what: str) -> None:
+    if not isinstance(impl, str) or impl not in IMPLS:
+        raise InputError(f"{what}: impl must be one of {', '.join(map(repr, IMPLS))}, got {str(impl)[:40]!r}")
+
+
 def _check_c(c: Any, kind: MMAKind, M: int, N: int) -> np.ndarray:
     if c is None:
         return np.zeros((M, N))
+    check_plain_data(c, "emulate_mma: c")
     c = np.asarray(c)
     if c.shape != (M, N):
         raise InputError(f"emulate_mma: c has shape {c.shape}, expected {(M, N)}")
@@ -189,6 +198,7 @@ def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16",
 
     a [M,K], b [K,N]: values (float) or codes (integer); c [M,N] in the accumulator format (None = zeros).
     impl="reference" runs the readable pure-Python model instead of the numba kernels (same bits, slow)."""
+    _check_impl(impl, "emulate_mma")
     k = resolve_kind(hw, kind)
     prep = Prepared(k, a, b, scale_a, scale_b, a_format, b_format, scale_format)
     return finish(prep.run(_check_c(c, k, prep.M, prep.N), impl=impl), k)
@@ -225,6 +235,7 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     applied last, as two fp32 multiplies: D = (acc * ts_a) * ts_b. ``c`` (fp32 [M, N]) is the initial
     accumulator. ``a_format`` / ``b_format`` / ``scale_format`` name the operand formats where the kind takes
     several and the values do not decide (as for emulate_mma)."""
+    _check_impl(impl, "emulate_gemm")
     k = resolve_kind(hw, kind)
     if not hasattr(qa, "codes"):  # typed arrays name their format
         qa, typed = typed_operand(qa)

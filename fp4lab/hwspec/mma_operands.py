@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
 from fp4lab.hwspec.operands import OPERAND_FORMATS, decode_codes, operand_format
 from fp4lab.hwspec.schema import MMAKind
 
@@ -43,6 +43,7 @@ class Decoded:
 def typed_operand(x: Any) -> tuple[np.ndarray, str | None]:
     """(numpy array, format name or None). A torch tensor or an ml_dtypes / float16 numpy array names its format;
     8-bit torch floats come back as their integer codes (NaN payloads and -0 kept); others as float values."""
+    check_plain_data(x, "emulate_mma")
     if type(x).__module__.startswith("torch"):
         import torch
 
