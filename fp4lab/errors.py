@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import importlib
+from types import ModuleType
 from typing import Iterable
 
 
@@ -40,6 +42,23 @@ class UnknownRecipeError(Fp4labError, LookupError, ValueError):
 class OutputError(Fp4labError, ValueError):
     """An output path cannot be written as asked: it exists (and overwriting was not requested), is of the wrong
     kind (a folder where a file is expected, or the reverse), or its folder is missing."""
+
+
+class MissingDependencyError(Fp4labError, ImportError):
+    """An optional dependency that the requested work needs is not installed (the message names the extra)."""
+
+
+def require(module: str, extra: str | None, what: str) -> ModuleType:
+    """``module``, imported; if it cannot be, a ``MissingDependencyError`` naming ``what`` needs it and the pip
+    command that installs it: ``fp4lab[extra]``, or the module itself where no extra holds it (``extra`` None).
+    Call it before the work starts, so that nothing computed is lost to the missing module."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        hint = f"pip install 'fp4lab[{extra}]'" if extra else f"pip install {top}"
+        why = "is not installed" if isinstance(exc, ModuleNotFoundError) else f"cannot be imported ({exc})"
+        raise MissingDependencyError(f"{what} needs {top}, which {why}; {hint}"[:400]) from None
 
 
 class DeviceError(Fp4labError, RuntimeError):

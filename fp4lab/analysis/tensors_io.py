@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from fp4lab.errors import InputError, check_plain_data
+from fp4lab.errors import InputError, check_plain_data, require
 from fp4lab.formats.spec_io import DuplicateKeyError, json_loads_unique
 
 SUFFIXES: tuple[str, ...] = (".npy", ".npz", ".pt", ".pth", ".safetensors")
@@ -232,7 +232,8 @@ def _load_safetensors(path: Path, key: str | None) -> np.ndarray:
             if e["dtype"] == "BF16":  # exact: bfloat16 bits are the top half of the float32
                 return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
             return np.asarray(raw, dtype=np.float32)
-    from safetensors import safe_open  # fp8 tensors: the checked file through the library (torch dtypes)
+    require("torch", "torch", f"{where}: reading an fp8 safetensors tensor")
+    safe_open = require("safetensors", None, f"{where}: reading an fp8 safetensors tensor").safe_open  # torch dtypes
 
     with safe_open(str(path), framework="pt") as sf:
         return _to_float32(sf.get_tensor(name), where)
@@ -242,7 +243,7 @@ def _load_safetensors(path: Path, key: str | None) -> np.ndarray:
 def _load_torch(path: Path, key: str | None) -> np.ndarray:
     import pickle
 
-    import torch
+    torch = require("torch", "torch", f"{path}: reading a .pt file")
 
     if not zipfile.is_zipfile(path):
         raise InputError(f"{path}: not a zip-format torch file (torch.save since torch 1.6); fp4lab does not "

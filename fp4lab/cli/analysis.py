@@ -82,7 +82,9 @@ def compare_main(args: argparse.Namespace) -> int:
     cfg.seed, cfg.rht_seed, cfg.rounding, cfg.backend = args.seed, args.rht_seed, args.rounding, args.backend
     if args.plot is not None:  # checked before the run, not after it
         from fp4lab.analysis.outputs import check_output_file
+        from fp4lab.errors import require
 
+        require("matplotlib", "plot", "compare --plot")
         check_output_file(args.plot, ".png", args.overwrite, "compare --plot")
     check_json_out(args, "compare")
     ctx, advance = _progress(n_cases(cfg), not args.json and sys.stderr.isatty(), "compare")

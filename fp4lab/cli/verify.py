@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from fp4lab.errors import require
+
 from .analysis import input_seed
 from .output import add_json_options, check_json_out, emit_json
 
@@ -44,6 +46,8 @@ def handler(args: argparse.Namespace) -> int:
                   "set it in the environment", file=sys.stderr)
             return 2
         os.environ["TRITON_INTERPRET"] = "1"
+    for module in ("torch", "triton"):  # before any work (triton after TRITON_INTERPRET is settled)
+        require(module, "gpu", "fp4lab verify")
     from rich.console import Console
     from rich.table import Table
 
