@@ -118,6 +118,18 @@ def _case(label: str, rht: int, bits: float) -> str:
 
 def verdict_line(label: str, verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> str:
     """One line per input: the best SQNR and the smallest |bias| (block-amax unit), with their cases."""
+    return f"verdict for {label}: " + _verdict_parts(verdict, names, bits)
+
+
+def equal_bits_lines(verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> list[str]:
+    """One line per storage cost when the formats differ in bits per element: the verdict among equals."""
+    groups = verdict.get("by_bits", {})
+    if len(groups) < 2:
+        return []
+    return [f"  among {b}-bit formats: " + _verdict_parts(v, names, bits) for b, v in groups.items()]
+
+
+def _verdict_parts(verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> str:
     parts = []
     best, small = verdict["best_sqnr"], verdict["smallest_abs_bias"]
     if best is not None:
@@ -126,7 +138,7 @@ def verdict_line(label: str, verdict: dict[str, Any], names: dict[str, str], bit
     if small is not None:
         cases = " = ".join(_case(names[c["format"]], c["rht"], bits[c["format"]]) for c in small["cases"])
         parts.append(f"smallest |bias| {cases}: {100 * small['bias_amax']:+.4f}% of the block amax")
-    return f"verdict for {label}: " + ("; ".join(parts) if parts else "no finite result")
+    return "; ".join(parts) if parts else "no finite result"
 
 
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
@@ -158,6 +170,8 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
                               f"{100 * (rec['clip_rate'] or 0):.2f}", f"{100 * (rec['zero_block_rate'] or 0):.2f}")
         con.print(fit(table, con))
         con.print(Text(verdict_line(label, result["verdicts"][label], names, bits)))
+        for line in equal_bits_lines(result["verdicts"][label], names, bits):
+            con.print(Text(line))
         con.print()
     con.print(Text("bias grid: mean signed error of |x|/s in grid units (negative = shrinkage); bias % amax: mean "
                    "(|Q(x)| - |x|) / block amax in percent, comparable across formats; α = <Q(x),x>/||x||²; "
