@@ -35,6 +35,7 @@ from fp4lab.hwspec.schema import MMAKind
 from fp4lab.hwspec import mma_kernels as nb
 from fp4lab.hwspec.mma_operands import values_table, align_exponents, decode_pair, decode_scales, typed_operand
 from fp4lab.hwspec.mma_reference import ModelParams, mma_reference
+from fp4lab.hwspec.native import fallback_scale_mode
 
 _OUT_RANGE = {"f32": (-126, 127), "f16": (-14, 15)}
 
@@ -216,7 +217,8 @@ def _quantized_parts(q: Any, name: str):
 
 
 def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
-                 promotion_interval: int | None = None, *, c=None, k_order: Any = None, scale_mode: str = "fold",
+                 promotion_interval: int | None = None, *, c=None, k_order: Any = None,
+                 scale_mode: str | None = None,
                  a_format: Any = None, b_format: Any = None, scale_format: str | None = None,
                  impl: str = "numba") -> np.ndarray:
     """A @ B.T as a tiled GEMM kernel on the given tensor cores computes it; A [M,K], B [N,K], both along K.
@@ -226,7 +228,10 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     instruction. On any other kind, ``scale_mode`` says how the kernel applies block scales: "fold" dequantizes
     the operands (element * block scale, which must be exact in the kind's input format); "per_block" runs each
     block's unscaled dot product through the instructions from C = 0 and adds ``(P_b * Sa_b) * Sb_b`` to an fp32
-    accumulator (three fp32 roundings per block; fp4lab's exact GEMM kernel for fp32-scaled formats). The K loop
+    accumulator (three fp32 roundings per block; fp4lab's exact GEMM kernel for fp32-scaled formats); None (the
+    default) takes "per_block" for FP32 / BF16 scales and "fold" otherwise, as ``fp4lab hw show --format``
+    advises (``native.route``). On a block-scaled kind a value-table format must be exact in one of the kind's
+    operand formats (INT4 on E2M3, not on an E2M1-only kind). The K loop
     is a chain of instructions in ascending K (Triton's tl.dot loop measured on an H200), so ``block_k`` (the
     kernel's BLOCK_K) only has to divide K and be a multiple of the instruction K. ``promotion_interval`` P
     models CUTLASS/DeepSeek FP8 promotion: every P K-elements the chain restarts from 0 and its result is added
@@ -253,6 +258,8 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     kinst = min([int(k.k)] + list(k.k_alt))
     if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
         raise InputError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+    if scale_mode is None:  # as hw show --format advises (native.fallback_scale_mode)
+        scale_mode = fallback_scale_mode(getattr(qa, "fmt", None))
     if scale_mode not in ("fold", "per_block"):
         raise InputError(f"emulate_gemm: scale_mode {scale_mode!r} unknown; use 'fold' or 'per_block'")
     if k_order is not None:
@@ -270,10 +277,13 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     if k.block_scaled:
         if sa is None or sb is None:
             raise InputError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
-        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=ta if ta is not None else a_format,
-                        b_format=tb if tb is not None else b_format, scale_format=scale_format)
+        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=qa.fmt if ta is not None else a_format,
+                        b_format=qb.fmt if tb is not None else b_format, scale_format=scale_format)
     elif per_block:
-        prep = Prepared(k, ta[xa], np.ascontiguousarray(tb[xb].T), a_format=a_format, b_format=b_format)
+        va, vb = ta[xa], tb[xb]
+        if k.tf32_truncate:  # tf32 kinds read float32 words (the table values are exact there)
+            va, vb = va.astype(np.float32), vb.astype(np.float32)
+        prep = Prepared(k, va, np.ascontiguousarray(vb.T), a_format=a_format, b_format=b_format)
     else:
         va = ta[xa] * np.repeat(sa, K // sa.shape[1], axis=1) if ta is not None else xa
         vb = tb[xb] * np.repeat(sb, K // sb.shape[1], axis=1) if tb is not None else xb
