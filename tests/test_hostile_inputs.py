@@ -305,7 +305,10 @@ def test_interrupted_conformance_leaves_the_old_files_and_one_line(tmp_path, fas
     assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1", "int4"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder, nothing half-written
-    (out / ".conformance-dead.tmp").mkdir()  # a SIGKILLed run's staging folder: cleaned by the next run
+    dead = out / ".conformance-dead.tmp"  # a SIGKILLed run's staging folder: cleaned by the next run
+    dead.mkdir()
+    (dead / conformance.STAGING_MARK).write_text("")
+    (dead / "e2m1.npz").write_bytes(b"partial")
     monkeypatch.setattr(conformance, "vectors_for", real)
     assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1"]) == 0
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
@@ -733,3 +736,24 @@ def test_seed_options_are_named(argv, capsys):
         cli.main(argv)
     assert info.value.code == 2
     assert f"argument {argv[-2]}" in capsys.readouterr().err
+
+
+def test_conformance_deletes_only_what_it_wrote(tmp_path, fast_conformance, capsys):
+    """A user's folder named like a staging folder is content (refused without --overwrite, kept with it); a
+    hand-written index.json listing a user's .npz deletes nothing; a file an earlier run wrote and listed with
+    its SHA-256 is still removed when a later run no longer writes it."""
+    out = tmp_path / "vec"
+    mine = out / ".conformance-mine.tmp"
+    mine.mkdir(parents=True)
+    (mine / "thesis.npz").write_bytes(b"mine")
+    assert cli.main(["conformance", "--out", str(out), "e2m1"]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err and (mine / "thesis.npz").read_bytes() == b"mine"
+    assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1", "int4"]) == 0
+    assert (mine / "thesis.npz").read_bytes() == b"mine"
+    (out / "precious.npz").write_bytes(b"keep me")
+    index = json.loads((out / "index.json").read_text())
+    index["formats"]["precious"] = {"file": "precious.npz", "sha256": "0" * 64}
+    (out / "index.json").write_text(json.dumps(index))
+    assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1"]) == 0
+    assert (out / "precious.npz").read_bytes() == b"keep me" and (mine / "thesis.npz").is_file()
+    assert not (out / "int4.npz").exists()  # written by the earlier run, listed with its digest: stale
