@@ -757,3 +757,21 @@ def test_conformance_deletes_only_what_it_wrote(tmp_path, fast_conformance, caps
     assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1"]) == 0
     assert (out / "precious.npz").read_bytes() == b"keep me" and (mine / "thesis.npz").is_file()
     assert not (out / "int4.npz").exists()  # written by the earlier run, listed with its digest: stale
+
+
+def test_bidirectional_overrides_and_escapes_never_reach_the_terminal(tmp_path, capsys):
+    """Format specs refuse U+202E (and the other bidirectional formatting characters) like control characters;
+    a recipe file's name and description print with such characters escaped, never raw."""
+    spec = tmp_path / "rlo.toml"
+    spec.write_text('name = "t"\ndescription = "ok \u202eevil"\nelement = "e2m1"\nblock = 16\nscale = "fp32"\n'
+                    '[scale_rule]\nmethod = "amax"\n')
+    with pytest.raises(SpecError) as info:
+        fp4lab.load_format(spec)
+    _one_line(str(info.value), str(spec), "bidirectional")
+    recipe = tmp_path / "evil.toml"
+    recipe.write_text('name = "x\\u001b[2Jy"\ndescription = "a \u202e b \\u001b]0;title\\u0007"\nformat = "mxfp4"\n')
+    assert cli.main(["recipes", "show", str(recipe)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    flat = "".join(out.split())
+    assert "x\\x1b[2Jy" in flat and "\\u202e" in flat
