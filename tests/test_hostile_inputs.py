@@ -78,7 +78,7 @@ def test_spec_validate_checks_every_file_and_show_works_on_what_validates(tmp_pa
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text(BASE)
     bad.write_text(BASE + "targets = [nan]\n")
-    assert cli.main(["spec", "validate", str(bad), str(tmp_path / "missing.toml"), str(good)]) == 1
+    assert cli.main(["spec", "validate", str(bad), str(tmp_path / "missing.toml"), str(good)]) == 2
     out, err = capsys.readouterr()
     assert f"ok: {good}" in out and err.count("error:") == 2
     assert cli.main(["show", str(good)]) == 0
@@ -99,7 +99,7 @@ def test_spec_validate_goes_on_after_an_unexpected_failure(tmp_path, capsys, mon
 
     monkeypatch.setattr(registry, "load_format", flaky)
     monkeypatch.setattr("fp4lab.formats.load_format", flaky)
-    assert cli.main(["spec", "validate", str(a), str(b), str(c)]) == 1
+    assert cli.main(["spec", "validate", str(a), str(b), str(c)]) == 2
     out, err = capsys.readouterr()
     assert out.count("ok:") == 2 and "unexpected RuntimeError: boom second line" in err
     assert len(err.strip().splitlines()) == 1
