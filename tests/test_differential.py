@@ -262,7 +262,7 @@ def test_mx_scale_code_zero_disagreement():
 
 
 def test_rceil_float32_log2_disagreement():
-    """Disagreement D7 (anchors b.10-E6): amax = 6 * 2^k + 1 ulp needs exponent k + 1. fp4lab (exact, from the bits)
+    """Disagreement D7: amax = 6 * 2^k + 1 ulp needs exponent k + 1. fp4lab (exact, from the bits)
     gives k + 1 for every k; torchao 0.18's eager ceil(log2(amax / 6)) in float32 gives k for some k."""
     ks = np.arange(-20, 20)
     amax = np.nextafter((6.0 * np.ldexp(1.0, ks)).astype(F32), F32(np.inf))
@@ -369,7 +369,7 @@ def test_nvfp4_tiny_tensor_disagreement():
 
 
 def test_nvfp4_all_zero_tensor_disagreement():
-    """Disagreement D9 (anchors b.10-E8): an all-zero tensor. fp4lab uses tensor scale 1 and writes zero codes;
+    """Disagreement D9: an all-zero tensor. fp4lab uses tensor scale 1 and writes zero codes;
     torchao's per-tensor scale 0 makes every block scale NaN and the packed codes non-zero."""
     x = np.zeros((2, 32), F32)
     qt = fp4lab.quantize(x, "nvfp4-torchao")

@@ -17,8 +17,8 @@ patterns (payload-exact).
 
 The agreement table compares fp4lab's codes and scale codes bit for bit with external libraries *live* where they
 are installed (ml_dtypes casts, torchao ``to_mx`` and ``nvfp4_quantize``), case by case; TransformerEngine and
-microxcaling are not installed here, so their rows restate the documented semantics (``reference/anchors.md``) and
-are marked ``documented``, not measured.
+microxcaling are not installed here, so their rows restate those libraries' semantics as docs/numerics.md ("What
+other libraries do") records them from their source, and are marked ``documented``, not measured.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ LIVE_CHECKS: tuple[tuple[str, str, str, Callable[[], Any], str], ...] = (
     ("mxfp4-ceil", "rtne", "torchao 0.18 to_mx CEIL", lambda: _torchao_mx("CEIL"), "as FLOOR"),
     ("mxfp4-even", "rtne", "torchao 0.18 to_mx EVEN", lambda: _torchao_mx("EVEN"), "as FLOOR"),
     ("mxfp4-rceil", "rtne", "torchao 0.18 to_mx RCEIL", lambda: _torchao_mx("RCEIL"),
-     "as FLOOR; torchao 0.18's eager RCEIL uses float32 log2 (off by one just above 6*2^k, anchors.md b.10-E6)"),
+     "as FLOOR; torchao 0.18's eager RCEIL uses float32 log2 (off by one just above 6*2^k, docs/numerics.md D7)"),
     ("nvfp4-torchao", "rtne", "torchao 0.18 nvfp4_quantize", _torchao_nvfp4,
      "specials differ (NaN/Inf blocks)"),
     ("nvfp4", "rtne", "torchao 0.18 nvfp4_quantize", _torchao_nvfp4,
@@ -159,13 +159,13 @@ DOCUMENTED: tuple[tuple[str, str, str], ...] = (
      "built to follow TE's encode-scale arithmetic and +0 for exact zeros (format spec `matches`); not measured here"),
     ("nvfp4", "TransformerEngine reference_nvfp4.py",
      "same subnormal/zero E4M3 block scales as TE, but TE multiplies by g_enc = 448*6/amax where fp4lab divides by "
-     "the tensor scale: last-bit scale differences are possible (anchors.md b.5); not measured"),
+     "the tensor scale: last-bit scale differences are possible; not measured"),
     ("mxfp4", "microxcaling (round='nearest', its default)",
      "FLOOR via float32 log2 (differs when amax is just below 2^k) and ties away from zero: agrees only with "
-     "rounding='rtna' on blocks away from powers of two (anchors.md b.1, b.7); not measured"),
+     "rounding='rtna' on blocks away from powers of two (docs/numerics.md L5); not measured"),
     ("mxfp4", "microxcaling (round='even')", "RTNE elements; same float32-log2 FLOOR caveat; not measured"),
     ("mxfp4-rceil", "TransformerEngine MXFP8-style RCEIL (cvt.rp.satfinite.ue8m0)",
-     "same rule on finite blocks; TE saturates an Inf amax to 0xFE (anchors.md b.3); not measured"),
+     "same rule on finite blocks; TE saturates an Inf amax to 0xFE; not measured"),
 )
 
 
