@@ -69,6 +69,8 @@ def check_plain_data(x: object, what: str) -> None:
     """Raise ``InputError`` where ``x`` holds no plain array data fp4lab could read value for value: a numpy masked
     array (its masked values would be quantized), a complex array (the imaginary part would be dropped), or a torch
     tensor that is meta (no data), sparse or nested. Anything else passes (other checks follow)."""
+    import numpy as np
+
     kind = None
     if type(x).__module__.startswith("torch") and hasattr(x, "is_meta"):
         if x.is_meta:
@@ -78,7 +80,7 @@ def check_plain_data(x: object, what: str) -> None:
                    "fp4lab reads dense (strided) tensors only"
         elif x.is_complex():
             kind = f"a complex tensor ({x.dtype}); fp4lab takes real values"
-    elif getattr(x, "mask", None) is not None and type(x).__name__ == "MaskedArray":
+    elif isinstance(x, np.ma.MaskedArray):
         kind = "a numpy masked array; fill it (x.filled(value)) or drop the masked values first"
     elif getattr(getattr(x, "dtype", None), "kind", None) == "c":
         kind = f"a complex array ({x.dtype}); fp4lab takes real values"  # type: ignore[attr-defined]
