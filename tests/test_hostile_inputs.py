@@ -700,7 +700,7 @@ def test_distribution_parameters_must_be_finite(spec, capsys):
 
     with pytest.raises(InputError) as info:
         distributions.parse(spec)
-    _one_line(str(info.value), spec, "finite")
+    _one_line(str(info.value), spec, "must be finite")
     assert cli.main(["compare", "nvfp4", "--dist", spec]) == 2
 
 

@@ -60,9 +60,9 @@ def parse(spec: str) -> Distribution:
         try:
             params[key] = float(value)
         except ValueError:
-            params[key] = math.nan
+            raise InputError(f"distribution '{spec}': parameter '{key}' must be a number, got '{value}'") from None
         if not math.isfinite(params[key]):
-            raise InputError(f"distribution '{spec}': parameter '{key}' must be a finite number, got '{value}'")
+            raise InputError(f"distribution '{spec}': parameter '{key}' must be finite, got '{value}'")
     if name == "student-t" and params["nu"] <= 0:
         raise InputError(f"distribution '{spec}': nu must be > 0")
     if name == "outliers" and (params["every"] < 1 or params["every"] != int(params["every"])):

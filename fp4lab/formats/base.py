@@ -20,7 +20,8 @@ def check_text(value: str | None) -> str | None:
     follows."""
     if value is not None and _CONTROL.search(value):
         bad = _CONTROL.search(value).group()
-        raise SpecError(f"control or bidirectional-formatting character {bad!r} not allowed in text fields")
+        raise SpecError(f"control character {bad!r} not allowed in text fields (control and bidirectional "
+                        "formatting characters act on terminals)")
     return value
 
 
