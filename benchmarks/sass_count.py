@@ -33,6 +33,7 @@ import fp4lab  # noqa: E402
 import fp4lab.kernels.dequantize as dq  # noqa: E402
 import fp4lab.kernels.fakequant as fq  # noqa: E402
 import fp4lab.kernels.gemm as gm  # noqa: E402
+import fp4lab.kernels.host as host  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
 from fp4lab.kernels.dequantize_launch import dequantize_triton  # noqa: E402
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
@@ -40,6 +41,7 @@ from fp4lab.kernels.gemm_launch import gemm_triton  # noqa: E402
 from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
+host.interpreting.cache_clear()  # read once per process: read it again now
 
 TYPES = {torch.float32: "fp32", torch.int32: "i32", torch.uint8: "u8", torch.int16: "i16", torch.int8: "i8",
          torch.uint16: "u16", torch.float16: "fp16", torch.int64: "i64"}

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.emulator.options import RHT_SIZES, QuantizeOptions, check_int, split_seed_checked
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
 from fp4lab.quantized import QuantizedTensor
@@ -27,6 +27,7 @@ def _is_torch(x: Any) -> bool:
 
 def _to_float32_numpy(x: Any, what: str) -> np.ndarray:
     """float32 numpy copy/view of a numpy array or CPU torch tensor; rejects non-float dtypes."""
+    check_plain_data(x, what)
     if _is_torch(x):
         import torch
 

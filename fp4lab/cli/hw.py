@@ -42,25 +42,17 @@ def kind_row(k: MMAKind) -> dict[str, Any]:
 def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
     """Which kind would run a registry format on this hardware, natively or after dequantization, and its peak."""
     from fp4lab.formats import get_format
-    from fp4lab.hwspec.native import find_native
+    from fp4lab.hwspec.native import route
 
     f = get_format(fmt_name)
     el = f.element.name
     sc = _SCALE_ALIASES.get(f.scale.name, f.scale.name) if f.scale else None
     block = f.block.shape[-1] if f.block else None
-    c, why = find_native(spec, f)  # decided from the grid's values, the scale's values and the block
-    if c is not None:
-        k = spec.kinds[c.kind]
-        return {"format": f.name, "native": True, "kind": k.name, "peak_tflops": _peak(k), "note": c.note}
-    hint = f"; {why}" if why else ""
-    fallback = [k for k in spec.kinds.values() if not k.block_scaled and {"bf16", "f16"} & set(k.a_formats)
-                and k.c_format == "f32" and k.peak_tflops is not None]
-    if not fallback:
-        return {"format": f.name, "native": False, "kind": None, "peak_tflops": None,
-                "note": "no native combination and no 16-bit kind to dequantize to" + hint}
-    k = max(reversed(fallback), key=lambda k: (k.peak_tflops.value, "bf16" in k.a_formats))
-    return {"format": f.name, "native": False, "kind": k.name, "peak_tflops": _peak(k),
-            "note": f"not native ({el}, {sc}, block {block}): dequantize to {k.a_formats[0]} and run {k.name}" + hint}
+    r = route(spec, f)  # decided from the grid's values, the scale's values and the block
+    note = r.note if r.how in ("native", "exact") else f"not native ({el}, {sc}, block {block}): {r.note}"
+    return {"format": f.name, "native": r.how == "native", "route": r.how, "kind": r.kind,
+            "element": r.element, "scale_mode": r.scale_mode,
+            "peak_tflops": None if r.kind is None else _peak(spec.kinds[r.kind]), "note": note}
 
 
 def _peak(k: MMAKind) -> dict[str, Any] | None:
@@ -154,8 +146,8 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     if cost:
         p = cost["peak_tflops"]
         rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
-        con.print(Text(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind "
-                       f"{cost['kind']}, {rate}. {cost['note']}"))
+        how = {"native": "native", "exact": f"exact as {cost['element']}"}.get(cost["route"], "not native")
+        con.print(Text(f"format {cost['format']}: {how}, kind {cost['kind']}, {rate}. {cost['note']}"))
     return 0
 
 

@@ -25,8 +25,8 @@ from pydantic import Field, field_validator, model_validator
 from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.registry import get_format
-from fp4lab.formats.spec_io import builtin_names, load_model, model_to_toml, validate_model
+from fp4lab.formats.registry import get_format, list_formats
+from fp4lab.formats.spec_io import builtin_names, model_to_toml, read_spec_dict, validate_model
 
 FP8_GEMM_DTYPES = ("fp8", "fp8-fast")
 
@@ -147,8 +147,17 @@ BUILTIN_NAMES: tuple[str, ...] = builtin_names("fp4lab.recipes",
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file."""
-    return load_model(Recipe, path)
+    """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file.
+    A format named by a relative spec-file path (not a registered name) is found from the recipe file's folder,
+    wherever the caller runs, and stored as that absolute path."""
+    data = read_spec_dict(path, "recipe")
+    folder = Path(path).resolve().parent
+    for key in ("format", "weight_format", "grad_format"):
+        value = data.get(key)
+        if isinstance(value, str) and value not in list_formats() and not Path(value).is_absolute() \
+                and (Path(value).suffix.lower() in (".toml", ".json") or (folder / value).is_file()):
+            data[key] = str(folder / value)
+    return validate_model(Recipe, data, str(path))
 
 
 def _load_builtins() -> dict[str, Recipe]:
