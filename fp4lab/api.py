@@ -13,7 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.emulator.options import RHT_SIZES, QuantizeOptions, check_int, split_seed_checked
+from fp4lab.emulator.options import (
+    RHT_SIZES,
+    QuantizeOptions,
+    check_int,
+    split_seed_checked,
+)
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
@@ -136,7 +141,11 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
     """
     import dataclasses
 
-    from fp4lab.emulator.quantize import check_quantized, dequantize_emulated, tensor_scale_value
+    from fp4lab.emulator.quantize import (
+        check_quantized,
+        dequantize_emulated,
+        tensor_scale_value,
+    )
 
     if isinstance(qt, QuantizedTensor):
         qt = unpack(qt)  # codes stored packed (fp4lab.pack, quantize_triton(packed=True)) decode alike

@@ -13,15 +13,17 @@ input styles (all regenerate from a seed; the GEMM is A [M, K] @ B[N, K].T + C, 
   underflow to subnormals and zero);
 * ``scales``: every scale code of the format, on both operands, against random elements;
 * ``probe``: the precision probes of oracle_inputs.probe_dots (ties of C plus a term F-1..F2+2 bits below it,
-  sums around e_zero), one instruction deep, laid out as a GEMM whose row i has probe i's C (D[i, i] is probe i).
+  sums around e_zero), one instruction deep, laid out as a GEMM whose row i has probe i's C (D[i, i] is probe i);
+  ``random`` where the kind keeps fewer than output + 2 fraction bits or no probe fits its formats.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +72,7 @@ def plan_cases(combos, outputs_per_case: int, instructions: int = 4, seed: int =
                styles: tuple[str, ...] = STYLES) -> list[VerifyCase]:
     """Cases of about ``outputs_per_case`` outputs (M = N = its square root, at least 8) for every combo and
     style, K = ``instructions`` instructions of the kind."""
-    side = max(8, int(round(outputs_per_case ** 0.5)))
+    side = max(8, round(outputs_per_case ** 0.5))
     out = []
     for i, (hw, kind, a, b, s, blk) in enumerate(combos):
         K = instructions * min([int(resolve_kind(hw, kind).k)] + list(resolve_kind(hw, kind).k_alt))
@@ -117,7 +119,9 @@ def make_inputs(case: VerifyCase) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(case.seed)
     k = resolve_kind(case.hw, case.kind)
     M, N, K, blk = case.M, case.N, case.K, case.block
-    if case.style == "probe":
+    acc = k.accumulation
+    width = max(int(acc.frac_bits), int(acc.join_frac_bits or 0))
+    if case.style == "probe" and width + 2 > int(k.output.mantissa_bits):  # probes sit between output and F bits
         pr = probe_dots(rng, k, case.a, case.b, M, case.scale, blk)
         if pr is not None:
             reps = -(-max(M, N) // len(pr["c"]))  # one instruction's K: probe i is D[i, i]

@@ -118,8 +118,8 @@ def _shapes(a_codes, a_scales, b_codes, b_scales, plan) -> tuple[int, int, int, 
 
 def _out_consts(plan: Any) -> dict[str, Any]:
     p = plan.params
-    return dict(C_EMIN=p.c_emin, RNE=p.out_rne, MB=p.out_mbits, O_EMIN=p.out_emin, O_EMAX=p.out_emax,
-                FMB=10 if p.out_emin == -14 else 23, KEEP_SIGN=p.keep_zero_sign, NAN_BITS=plan.nan_bits32)
+    return {"C_EMIN": p.c_emin, "RNE": p.out_rne, "MB": p.out_mbits, "O_EMIN": p.out_emin, "O_EMAX": p.out_emax,
+                "FMB": 10 if p.out_emin == -14 else 23, "KEEP_SIGN": p.keep_zero_sign, "NAN_BITS": plan.nan_bits32}
 
 
 def _pow2_at_least(n: int) -> int:
@@ -164,7 +164,7 @@ def emulated_matmul(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, pl
         args = [*_gst_operand(a_codes, plan.a, ga, ea, bs, G), *_gst_operand(b_codes, plan.b, gb, eb, bs, G)]
         va, ma, sga, sea, vb, mb, sgb, seb = args
         bm, bn, warps, stages = tile or ((32, 32, 4, 1) if interp else _GPU_TILES["gst"])
-        opts = {} if interp else dict(num_warps=warps, num_stages=stages)
+        opts = {} if interp else {"num_warps": warps, "num_stages": stages}
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
         dev._gst_kernel[grid](va, vb, ma, mb, sga, sea, sgb, seb, cptr, out, M, N, K, L=L, G=G,
                               DK=_pow2_at_least(max(G, 32)), F=p.frac_bits, E_ZERO=p.e_zero,
@@ -177,7 +177,7 @@ def emulated_matmul(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, pl
                                                                       plan.b.cls)]
     bm, bn, warps, kc = tile or ((16, 16, 4, 32) if interp else _GPU_TILES["fdpa"])
     kc = min(kc, L & -L)  # a power of two dividing L
-    opts = {} if interp else dict(num_warps=warps)
+    opts = {} if interp else {"num_warps": warps}
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     tr = p.algorithm == "tr_fdpa"
     F2 = p.join_frac_bits if tr else p.frac_bits
