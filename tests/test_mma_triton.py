@@ -214,3 +214,21 @@ def test_kernel_refusals_are_one_line():
     with pytest.raises(InputError, match="block-scaled kinds"):
         qt = dataclasses.replace(q, codes=torch.from_numpy(q.codes), scales=torch.from_numpy(q.scales))
         fp4lab.emulate_gemm(qt, qt, hw="hopper-sm90", kind="wgmma.bf16", impl="triton")
+
+
+def test_hw_verify_device_interpreter_reports_every_kind_of_a_spec(tmp_path, capsys):
+    """``fp4lab hw verify --device interpreter``: the kernels against the CPU model, one row per kind, exit 0."""
+    import argparse
+    import json
+
+    from fp4lab.cli.hw import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["hw", "verify", "--gpu", "off", "--device", "interpreter", "--hw", "proposal-ufp4",
+                              "--outputs", "800", "--json-out", str(tmp_path / "v.json")])
+    assert args.func(args) == 0
+    data = json.loads((tmp_path / "v.json").read_text())["mma_kernels"]
+    assert data["device"] == "interpreter"
+    assert {r["kind"] for r in data["kinds"]} == {"bsmma.e1m2", "bsmma.int4", "bsmma.e2m1"}
+    assert all(r["mismatches"] == 0 and r["cases"] == 12 and r["outputs"] >= 12 * 64 for r in data["kinds"])
