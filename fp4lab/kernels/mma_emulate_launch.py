@@ -1,4 +1,5 @@
-"""Host side of the tensor-core emulation kernels (fp4lab/kernels/mma_emulate.py): ``emulated_matmul``.
+"""Host side of the tensor-core emulation kernels (fp4lab/kernels/mma_emulate.py): ``emulated_matmul`` (and its two
+halves ``prepare_operands`` / ``launch``, for callers that time or reuse them).
 
 Contract of ``emulated_matmul(a_codes, a_scales, b_codes, b_scales, plan, c=None)``:
 
@@ -22,6 +23,7 @@ bitmasks (the kernel's "some product of the group is nonzero" test is one AND of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,8 +68,17 @@ def _scale_values(x: Any, plan: Any, which: str) -> Any:
     return x
 
 
-def _check_values(a_codes, b_codes, sa, sb, c, plan) -> None:
-    """Codes within their formats, scales in the scale format, C in the accumulator format (one sync)."""
+def _check_c(c: Any, plan: Any) -> None:
+    """C values in the accumulator format (f16 accumulators: every finite value an f16)."""
+    import torch
+
+    cc = c[torch.isfinite(c)]
+    if plan.params.c_emin == -14 and bool((cc.to(torch.float16).to(torch.float32) != cc).any()):
+        raise InputError(f"emulated_matmul: c values not in the accumulator format f16 (kind {plan.kind!r})")
+
+
+def _check_values(a_codes, b_codes, sa, sb, plan) -> None:
+    """Codes within their formats, scales in the scale format (one sync)."""
     import torch
 
     svals = torch.from_numpy(plan.scale.values.astype(np.float32)).to(sa.device)
@@ -76,14 +87,9 @@ def _check_values(a_codes, b_codes, sa, sb, c, plan) -> None:
     for s in (sa, sb):
         fin = s[~torch.isnan(s)]
         flags.append(~torch.isin(fin, sv).all())
-    if c is not None:
-        cc = c[torch.isfinite(c)]
-        if plan.params.c_emin == -14:
-            flags.append((cc.to(torch.float16).to(torch.float32) != cc).any())
     bad = torch.stack([f.to(torch.bool).to(sa.device) for f in flags]).cpu().tolist()
     what = ["a codes beyond the element format", "b codes beyond the element format",
-            f"a_scales not in {plan.scale.name}", f"b_scales not in {plan.scale.name}",
-            "c values not in the accumulator format f16"]
+            f"a_scales not in {plan.scale.name}", f"b_scales not in {plan.scale.name}"]
     for b, w in zip(bad, what):
         if b:
             raise InputError(f"emulated_matmul: {w} (kind {plan.kind!r})")
@@ -126,14 +132,28 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def emulated_matmul(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, plan: Any, c: Any = None, *,
-                    check: bool = True, tile: tuple[int, int, int, int] | None = None) -> Any:
-    """float32 [M, N] = the plan's kind applied to A [M, K] and B [N, K] (A @ B.T), bit for bit the CPU model
-    (module docstring: layouts, shapes, ``check``). ``tile``: (BM, BN, warps, stages) for GST kinds, (BM, BN,
-    warps, KC) for the others (KC products per chunk)."""
+@dataclass(frozen=True)
+class PreparedOperands:
+    """A and B as the kernel reads them (``prepare_operands``): GST kinds int8 grid values, per-group nonzero
+    bitmasks and per-group scale significands / exponents; the others codes and per-block scale significands /
+    exponents (the per-code tables travel with the plan)."""
+
+    plan: Any
+    M: int
+    N: int
+    K: int
+    block: int
+    L: int
+    a: tuple
+    b: tuple
+
+
+def prepare_operands(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, plan: Any, *,
+                     check: bool = True) -> PreparedOperands:
+    """Check the operands against the contract (module docstring) and lay them out for the kernel."""
     import torch
 
-    from fp4lab.kernels.host import check_device, interpreting
+    from fp4lab.kernels.host import check_device
 
     for x, w in ((a_codes, "a_codes"), (b_codes, "b_codes"), (a_scales, "a_scales"), (b_scales, "b_scales")):
         check_device(x, f"emulated_matmul: {w}")
@@ -141,51 +161,79 @@ def emulated_matmul(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, pl
         if x.dtype != torch.uint8:
             raise InputError(f"emulated_matmul: {w} must be uint8 codes, got {x.dtype}")
     M, N, K, bs, L = _shapes(a_codes, a_scales, b_codes, b_scales, plan)
-    dvc = a_codes.device
     sa, sb = _scale_values(a_scales, plan, "a"), _scale_values(b_scales, plan, "b")
+    if check:
+        _check_values(a_codes, b_codes, sa, sb, plan)
+    ga, ea = split_scales(sa, plan.scale.bits, plan.scale.emin)
+    gb, eb = split_scales(sb, plan.scale.bits, plan.scale.emin)
+    a_codes, b_codes = a_codes.contiguous(), b_codes.contiguous()
+    p = plan.params
+    if p.algorithm == "gst_fdpa":
+        if p.group > 62:
+            raise InputError(f"emulated_matmul: group {p.group} > 62 (the kernel's nonzero bitmasks are int64)")
+        a = _gst_operand(a_codes, plan.a, ga, ea, bs, p.group)
+        b = _gst_operand(b_codes, plan.b, gb, eb, bs, p.group)
+    else:
+        a = (a_codes, *_tables(plan.a, a_codes.device), ga.contiguous(), ea.contiguous())
+        b = (b_codes, *_tables(plan.b, b_codes.device), gb.contiguous(), eb.contiguous())
+    return PreparedOperands(plan, M, N, K, bs, L, a, b)
+
+
+def _tables(t: Any, device: Any) -> list[Any]:
+    import torch
+
+    return [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (t.mant, t.qexp, t.aexp, t.cls)]
+
+
+def launch(ops: PreparedOperands, c: Any = None, *, tile: tuple[int, int, int, int] | None = None) -> Any:
+    """float32 [M, N] of the kernel on prepared operands, starting from C = ``c`` (float32 [M, N]) or zeros.
+    ``tile``: (BM, BN, warps, stages) for GST kinds, (BM, BN, warps, KC) for the others (KC products a chunk)."""
+    import torch
+
+    from fp4lab.kernels.host import interpreting
+
+    plan, p, M, N, K, L = ops.plan, ops.plan.params, ops.M, ops.N, ops.K, ops.L
+    dvc = ops.a[0].device
     if c is not None:
         if tuple(c.shape) != (M, N) or c.dtype != torch.float32:
             raise InputError(f"emulated_matmul: c must be float32 [{M}, {N}], got {c.dtype} {tuple(c.shape)}")
         c = c.contiguous()
-    if check:
-        _check_values(a_codes, b_codes, sa, sb, c, plan)
-    p = plan.params
-    ga, ea = split_scales(sa, plan.scale.bits, plan.scale.emin)
-    gb, eb = split_scales(sb, plan.scale.bits, plan.scale.emin)
     out = torch.empty((M, N), dtype=torch.int32, device=dvc)
     interp = interpreting()
     cptr = c if c is not None else out
     consts = _out_consts(plan)
-    a_codes, b_codes = a_codes.contiguous(), b_codes.contiguous()
     if p.algorithm == "gst_fdpa":
-        G = p.group
-        if G > 62:
-            raise InputError(f"emulated_matmul: group {G} > 62 (the kernel's nonzero bitmasks are int64)")
-        args = [*_gst_operand(a_codes, plan.a, ga, ea, bs, G), *_gst_operand(b_codes, plan.b, gb, eb, bs, G)]
-        va, ma, sga, sea, vb, mb, sgb, seb = args
+        (va, ma, sga, sea), (vb, mb, sgb, seb) = ops.a, ops.b
         bm, bn, warps, stages = tile or ((32, 32, 4, 1) if interp else _GPU_TILES["gst"])
         opts = {} if interp else {"num_warps": warps, "num_stages": stages}
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
-        dev._gst_kernel[grid](va, vb, ma, mb, sga, sea, sgb, seb, cptr, out, M, N, K, L=L, G=G,
-                              DK=_pow2_at_least(max(G, 32)), F=p.frac_bits, E_ZERO=p.e_zero,
+        dev._gst_kernel[grid](va, vb, ma, mb, sga, sea, sgb, seb, cptr, out, M, N, K, L=L, G=p.group,
+                              DK=_pow2_at_least(max(p.group, 32)), F=p.frac_bits, E_ZERO=p.e_zero,
                               QOFF=plan.a.grid_exp + plan.b.grid_exp - 2 * plan.scale.bits, HAS_C=c is not None,
                               BM=bm, BN=bn, GROUP_M=8, **consts, **opts)
         return out.view(torch.float32)
-    ta = [torch.from_numpy(np.ascontiguousarray(t)).to(dvc) for t in (plan.a.mant, plan.a.qexp, plan.a.aexp,
-                                                                      plan.a.cls)]
-    tb = [torch.from_numpy(np.ascontiguousarray(t)).to(dvc) for t in (plan.b.mant, plan.b.qexp, plan.b.aexp,
-                                                                      plan.b.cls)]
     bm, bn, warps, kc = tile or ((16, 16, 4, 32) if interp else _GPU_TILES["fdpa"])
     kc = min(kc, L & -L)  # a power of two dividing L
     opts = {} if interp else {"num_warps": warps}
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     tr = p.algorithm == "tr_fdpa"
     F2 = p.join_frac_bits if tr else p.frac_bits
-    dev._fdpa_kernel[grid](a_codes, b_codes, *ta, *tb, ga.contiguous(), ea.contiguous(), gb.contiguous(),
-                           eb.contiguous(), cptr, out, M, N, K, L=L, KC=kc, BS=bs, SBITS=plan.scale.bits,
-                           F=p.frac_bits, F2=F2, U=max(F2 + 1, p.frac_bits), E_ZERO=p.e_zero, TR=tr,
-                           SEPARATE_C=p.separate_c, HAS_C=c is not None, BM=bm, BN=bn, GROUP_M=8, **consts, **opts)
+    (ca, *ta, ga, ea), (cb, *tb, gb, eb) = ops.a, ops.b
+    dev._fdpa_kernel[grid](ca, cb, *ta, *tb, ga, ea, gb, eb, cptr, out, M, N, K, L=L, KC=kc, BS=ops.block,
+                           SBITS=plan.scale.bits, F=p.frac_bits, F2=F2, U=max(F2 + 1, p.frac_bits),
+                           E_ZERO=p.e_zero, TR=tr, SEPARATE_C=p.separate_c, HAS_C=c is not None, BM=bm, BN=bn,
+                           GROUP_M=8, **consts, **opts)
     return out.view(torch.float32)
+
+
+def emulated_matmul(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, plan: Any, c: Any = None, *,
+                    check: bool = True, tile: tuple[int, int, int, int] | None = None) -> Any:
+    """float32 [M, N] = the plan's kind applied to A [M, K] and B [N, K] (A @ B.T) from C = ``c`` (or zeros), bit
+    for bit the CPU model (module docstring: layouts, shapes, ``check``); ``prepare_operands`` then ``launch``."""
+    ops = prepare_operands(a_codes, a_scales, b_codes, b_scales, plan, check=check)
+    if check and c is not None:
+        _check_c(c, plan)
+    return launch(ops, c, tile=tile)
 
 
 def _gst_operand(codes: Any, tables: Any, sig: Any, es: Any, bs: int, G: int) -> tuple[Any, Any, Any, Any]:
