@@ -24,7 +24,13 @@ else:
     pytest.importorskip("mmasim")
 
 from fp4lab.hwspec import get_hw
-from fp4lab.hwspec.mmasim_oracle import ARCH, mmasim_op, oracle_cases, run_dots, run_gemm
+from fp4lab.hwspec.mmasim_oracle import (
+    ARCH,
+    mmasim_op,
+    oracle_cases,
+    run_dots,
+    run_gemm,
+)
 from fp4lab.hwspec.oracle_inputs import gemm_inputs, probe_dots
 from fp4lab.hwspec.schema import Num
 
