@@ -65,8 +65,8 @@ def numpy_chunked_model(a: np.ndarray, b: np.ndarray, c: np.ndarray, F: int = 25
     return acc.astype(np.float32)
 
 
-GST_TILES = [(64, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 3), (64, 128, 8, 3), (128, 128, 8, 2), (32, 64, 4, 3)]
-FDPA_TILES = [(32, 32, 4, 8), (16, 16, 4, 16), (32, 32, 8, 4), (64, 32, 8, 4)]
+GST_TILES = [(32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2), (64, 64, 16, 2), (32, 32, 4, 3)]
+FDPA_TILES = [(32, 32, 8, 4), (16, 16, 4, 16), (32, 32, 8, 8), (64, 32, 8, 4)]
 
 
 DEV = "cuda"  # "cpu" with --smoke under TRITON_INTERPRET=1: the same code paths on tiny shapes, no timing value

@@ -50,10 +50,10 @@ def _floor_log2(x):
 
 @triton.jit
 def _align_trunc(p, d):
-    """trunc(p * 2**d) as int64 for an integer p (|p| < 2**31 before a left shift of at most 62 - 31 bits)."""
-    mag = tl.abs(p).to(tl.int64)
-    t = (mag >> tl.minimum(tl.maximum(-d, 0), 62)) << tl.minimum(tl.maximum(d, 0), 62)
-    return tl.where(p < 0, -t, t)
+    """trunc(p * 2**d) as int64 for an int32 p: the magnitude shifted right in 32 bits (toward zero), the sign
+    restored, then widened and shifted left (the launcher bounds |p| * 2**d below 2**62)."""
+    t = tl.abs(p) >> tl.minimum(tl.maximum(-d, 0), 31)
+    return tl.where(p < 0, -t, t).to(tl.int64) << tl.minimum(tl.maximum(d, 0), 62)
 
 
 @triton.jit
@@ -146,7 +146,7 @@ def _gst_kernel(va_ptr, vb_ptr, ma_ptr, mb_ptr, sga_ptr, sea_ptr, sgb_ptr, seb_p
         e_max = tl.where(c_zero, E_ZERO, ec)
         nan_a = tl.zeros((BM,), tl.int32)
         nan_b = tl.zeros((BN,), tl.int32)
-        for g in tl.static_range(L // G):  # pass 1: the largest exponent
+        for g in range(0, L // G):  # pass 1: the largest exponent (runtime loops: no hoisted per-group pointers)
             ma = tl.load(ma_ptr + rm * NGK + g0 + g, mask=mm, other=0)
             mb = tl.load(mb_ptr + rn * NGK + g0 + g, mask=mn, other=0)
             ea = tl.load(sea_ptr + rm * NGK + g0 + g, mask=mm, other=0)
@@ -156,7 +156,7 @@ def _gst_kernel(va_ptr, vb_ptr, ma_ptr, mb_ptr, sga_ptr, sea_ptr, sgb_ptr, seb_p
             nan_a = nan_a | (tl.load(sga_ptr + rm * NGK + g0 + g, mask=mm, other=0) < 0).to(tl.int32)
             nan_b = nan_b | (tl.load(sgb_ptr + rn * NGK + g0 + g, mask=mn, other=0) < 0).to(tl.int32)
         s = _align_trunc(mc, qc + F - e_max)
-        for g in tl.static_range(L // G):  # pass 2: exact group sums, cut to 2**(e_max - F)
+        for g in range(0, L // G):  # pass 2: exact group sums, cut to 2**(e_max - F)
             kg = k0 + g * G + kk
             a = tl.load(a_rows + kg[None, :], mask=a_mask, other=0)
             b = tl.load(b_rows + kg[None, :], mask=b_mask, other=0)
@@ -225,7 +225,7 @@ def _fdpa_kernel(ca_ptr, cb_ptr, tma_ptr, tqa_ptr, taa_ptr, tca_ptr, tmb_ptr, tq
         any_nan = c_nan.to(tl.int32)
         pos_inf = (c_inf & (cin > 0)).to(tl.int32)
         neg_inf = (c_inf & (cin < 0)).to(tl.int32)
-        for c0 in tl.static_range(0, L, KC):  # pass 1: exponents and specials
+        for c0 in range(0, L, KC):  # pass 1: exponents and specials
             kc = k0 + c0 + kr
             ma, qa, ea, za, na, ia = _scaled_elements(ca_ptr, rm, mm, kc, tma_ptr, tqa_ptr, taa_ptr, tca_ptr,
                                                       sga_ptr, sea_ptr, K, NB, BS, SBITS)
@@ -255,7 +255,7 @@ def _fdpa_kernel(ca_ptr, cb_ptr, tma_ptr, tqa_ptr, taa_ptr, tca_ptr, tmb_ptr, tq
             e_max = tl.maximum(e_max, tl.where(c_zero, E_ZERO, ec))
             e_ref = e_max
         s = tl.zeros((BM, BN), tl.int64)
-        for c0 in tl.static_range(0, L, KC):  # pass 2: every product cut to 2**(e_ref - F), summed exactly
+        for c0 in range(0, L, KC):  # pass 2: every product cut to 2**(e_ref - F), summed exactly
             kc = k0 + c0 + kr
             ma, qa, ea, za, na, ia = _scaled_elements(ca_ptr, rm, mm, kc, tma_ptr, tqa_ptr, taa_ptr, tca_ptr,
                                                       sga_ptr, sea_ptr, K, NB, BS, SBITS)

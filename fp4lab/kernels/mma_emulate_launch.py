@@ -32,7 +32,9 @@ import triton
 from fp4lab.errors import InputError
 from fp4lab.kernels import mma_emulate as dev
 
-_GPU_TILES = {"gst": (64, 64, 8, 3), "fdpa": (32, 32, 4, 8)}  # (BM, BN, warps, stages | KC)
+# (BM, BN, warps, stages | KC): the largest tiles sm_90 compiles without register spills (ptxas -v), both 8 outputs
+# a thread; benchmarks/bench_mma.py --gpu sweeps the alternatives
+_GPU_TILES = {"gst": (32, 32, 4, 2), "fdpa": (32, 32, 8, 4)}
 
 
 def _pow2_64(e: Any) -> Any:
