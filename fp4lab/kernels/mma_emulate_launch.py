@@ -106,6 +106,9 @@ def _shapes(a_codes, a_scales, b_codes, b_scales, plan) -> tuple[int, int, int, 
     if K != K2 or M == 0 or N == 0 or K == 0:
         raise InputError(f"emulated_matmul: need a_codes [M, K] and b_codes [N, K], got {tuple(a_codes.shape)} "
                          f"and {tuple(b_codes.shape)}")
+    if max(M, N) * K >= 2**31 or M * N >= 2**31:
+        raise InputError(f"emulated_matmul: [{M}, {K}] x [{N}, {K}] is beyond the kernels' int32 offsets "
+                         "(M*K, N*K and M*N below 2**31); split the GEMM")
     p = plan.params
     L = min(K, p.fused_len)
     if K % plan.k_multiple or K % L:
