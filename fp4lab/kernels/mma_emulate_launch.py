@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import triton
 
 from fp4lab.errors import InputError
 from fp4lab.kernels import mma_emulate as dev
+from fp4lab.kernels.host import device_array
 
 # (BM, BN, warps, stages | KC): the largest tiles sm_90 compiles without register spills (ptxas -v), both 8 outputs
 # a thread; benchmarks/bench_mma.py --gpu sweeps the alternatives
@@ -62,8 +62,7 @@ def _scale_values(x: Any, plan: Any, which: str) -> Any:
     import torch
 
     if x.dtype == torch.uint8:
-        tab = torch.from_numpy(plan.scale.values).to(x.device)
-        return tab[x.to(torch.int64)]
+        return device_array(plan.scale.values, x.device)[x.to(torch.int64)]
     if x.dtype != torch.float32:
         raise InputError(f"emulated_matmul: {which}_scales must be uint8 codes of {plan.scale.name} or float32 "
                          f"values, got {x.dtype}")
@@ -83,7 +82,7 @@ def _check_values(a_codes, b_codes, sa, sb, plan) -> None:
     """Codes within their formats, scales in the scale format (one sync)."""
     import torch
 
-    svals = torch.from_numpy(plan.scale.values.astype(np.float32)).to(sa.device)
+    svals = device_array(plan.scale.values, sa.device)
     sv = svals[~torch.isnan(svals)]
     flags = [a_codes.max().to(torch.int32) >= plan.a.ncodes, b_codes.max().to(torch.int32) >= plan.b.ncodes]
     for s in (sa, sb):
@@ -185,9 +184,8 @@ def prepare_operands(a_codes: Any, a_scales: Any, b_codes: Any, b_scales: Any, p
 
 
 def _tables(t: Any, device: Any) -> list[Any]:
-    import torch
-
-    return [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (t.mant, t.qexp, t.aexp, t.cls)]
+    """The per-code tables (mant, qexp, aexp, cls) of an element format on ``device`` (cached by content)."""
+    return [device_array(x, device) for x in (t.mant, t.qexp, t.aexp, t.cls)]
 
 
 def launch(ops: PreparedOperands, c: Any = None, *, tile: tuple[int, int, int, int] | None = None) -> Any:
@@ -247,7 +245,7 @@ def _gst_operand(codes: Any, tables: Any, sig: Any, es: Any, bs: int, G: int) ->
     import torch
 
     rows, K = codes.shape
-    grid = torch.from_numpy(tables.grid).to(codes.device)
+    grid = device_array(tables.grid, codes.device)
     v = grid[codes.to(torch.int64)]
     wdt = torch.int32 if G <= 31 else torch.int64
     w = torch.ones(G, dtype=wdt, device=codes.device) << torch.arange(G, dtype=wdt, device=codes.device)
