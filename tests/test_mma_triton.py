@@ -232,3 +232,27 @@ def test_hw_verify_device_interpreter_reports_every_kind_of_a_spec(tmp_path, cap
     assert data["device"] == "interpreter"
     assert {r["kind"] for r in data["kinds"]} == {"bsmma.e1m2", "bsmma.int4", "bsmma.e2m1"}
     assert all(r["mismatches"] == 0 and r["cases"] == 12 and r["outputs"] >= 12 * 64 for r in data["kinds"])
+
+
+def test_kernels_compile_for_sm90_without_register_spills():
+    """The interpreter does not compile: this builds the kernels for sm_90 with Triton's bundled ptxas (no GPU) at
+    the launcher's default tiles and checks they compile (int8 dots with K >= 32, every constexpr branch) and keep
+    every value in registers."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fp4lab.kernels.mma_emulate_launch import _GPU_TILES
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(root)}
+    runs = [(["blackwell-sm100:tcgen05.mxf4nvf4:e2m1:ue4m3"], _GPU_TILES["gst"]),
+            (["blackwell-sm100:tcgen05.mxf8f6f4:e4m3:ue8m0", "cdna4-mi350:mfma_scale.f8f6f4:e4m3:e8m0"],
+             _GPU_TILES["fdpa"])]
+    for cases, (bm, bn, warps, _) in runs:
+        r = subprocess.run([sys.executable, str(root / "benchmarks" / "sass_count.py"), "mma", *cases, "--tile",
+                            f"{bm}x{bn}x{warps}"], capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("mma ")]
+        assert len(lines) == len(cases) and not any("spills" in ln for ln in lines), r.stdout
