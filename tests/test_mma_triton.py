@@ -252,7 +252,7 @@ def test_kernels_compile_for_sm90_without_register_spills():
              _GPU_TILES["fdpa"])]
     for cases, (bm, bn, warps, _) in runs:
         r = subprocess.run([sys.executable, str(root / "benchmarks" / "sass_count.py"), "mma", *cases, "--tile",
-                            f"{bm}x{bn}x{warps}"], capture_output=True, text=True, env=env, timeout=600)
+                            f"{bm}x{bn}x{warps}"], capture_output=True, text=True, env=env, timeout=600, check=False)
         assert r.returncode == 0, r.stderr[-2000:]
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("mma ")]
         assert len(lines) == len(cases) and not any("spills" in ln for ln in lines), r.stdout
