@@ -238,8 +238,12 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     tensors under ``TRITON_INTERPRET=1``): the Triton kernels of fp4lab/kernels/mma_emulate.py, for block-scaled
     kinds (GST/ST/T/TR-FDPA), same bits as the CPU model; the result is a float32 tensor on the codes' device.
     Everything else runs the CPU model (``impl`` "numba", the default, or "reference") and returns numpy."""
-    if impl == "triton" or (impl is None and (_mma_on_device(qa) or _mma_on_device(qb))):
+    on_device = _mma_on_device(qa) or _mma_on_device(qb)
+    if impl == "triton" or (impl is None and on_device):
         return _emulate_gemm_triton(qa, qb, hw, kind, block_k, promotion_interval, **kwargs)
+    if on_device:
+        raise InputError(f"emulate_gemm: impl={impl!r} runs the CPU model on CPU operands; these are CUDA tensors "
+                         "(move them to the CPU, or leave impl unset for the Triton kernels)")
     from fp4lab.hwspec.mma import emulate_gemm as emulate_gemm_cpu
 
     return emulate_gemm_cpu(qa, qb, hw=hw, kind=kind, block_k=block_k, promotion_interval=promotion_interval,
