@@ -111,6 +111,13 @@ accumulation = { fused_len = 32, frac_bits = 24, e_zero = -130, group = 16 }
 output = { rounding = "rz", mantissa_bits = 13, zero_sign = "positive" }
 scales = [{ format = "ue4m3", block = 16 }]
 
+[kinds."gst.f16acc"]
+extends = "gst.g32.f16rne"
+c_format = "f16"
+accumulation = { fused_len = 64, frac_bits = 20, e_zero = -24, group = 16 }
+output = { format = "f16", rounding = "rne", mantissa_bits = 10, nan_bits = 0x7FFF, zero_sign = "positive" }
+scales = [{ format = "ue8m0", block = 16 }]
+
 [kinds."st.f20.f16acc"]
 instruction = "y"
 shape = "m16n8k32"
@@ -144,7 +151,7 @@ scales = [{ format = "ue8m0", block = 32 }]
 
 def test_user_spec_parameters_group_fused_len_frac_bits_e_zero_rounding(tmp_path):
     """A spec file's own GST / ST / TR datapaths (group 32, fused_len 16..128, F 16..25, other e_zero, RNE / RZ to
-    13 bits, f16 accumulator, separate C, keep_underflow_sign) run on the kernels with the CPU model's bits."""
+    13 bits, f16 accumulators, separate C, keep_underflow_sign) run on the kernels with the CPU model's bits."""
     path = tmp_path / "user.toml"
     path.write_text(USER_SPEC)
     spec = load_hw(path)
