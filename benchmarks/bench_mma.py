@@ -132,7 +132,7 @@ def gpu_kind(res: dict, name: str, hw: str, kind: str, fmt: tuple, shape: int, t
             out["tiles"].append({"tile": tile, "ms": round(ms, 3), "products_per_s": M * N * K / ms * 1e3})
             if best is None or ms < best[1]:
                 best = (tile, ms)
-        except Exception as exc:  # report and go on
+        except Exception as exc:  # noqa: BLE001 (report and go on)
             out["tiles"].append({"tile": tile, "error": f"{type(exc).__name__}: {exc}"[:1500]})
         print(name, out["tiles"][-1], flush=True)
         save()

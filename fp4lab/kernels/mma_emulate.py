@@ -146,7 +146,7 @@ def _gst_kernel(va_ptr, vb_ptr, ma_ptr, mb_ptr, sga_ptr, sea_ptr, sgb_ptr, seb_p
         e_max = tl.where(c_zero, E_ZERO, ec)
         nan_a = tl.zeros((BM,), tl.int32)
         nan_b = tl.zeros((BN,), tl.int32)
-        for g in range(0, L // G):  # pass 1: the largest exponent (runtime loops: no hoisted per-group pointers)
+        for g in range(L // G):  # pass 1: the largest exponent (runtime loops: no hoisted per-group pointers)
             ma = tl.load(ma_ptr + rm * NGK + g0 + g, mask=mm, other=0)
             mb = tl.load(mb_ptr + rn * NGK + g0 + g, mask=mn, other=0)
             ea = tl.load(sea_ptr + rm * NGK + g0 + g, mask=mm, other=0)
@@ -156,7 +156,7 @@ def _gst_kernel(va_ptr, vb_ptr, ma_ptr, mb_ptr, sga_ptr, sea_ptr, sgb_ptr, seb_p
             nan_a = nan_a | (tl.load(sga_ptr + rm * NGK + g0 + g, mask=mm, other=0) < 0).to(tl.int32)
             nan_b = nan_b | (tl.load(sgb_ptr + rn * NGK + g0 + g, mask=mn, other=0) < 0).to(tl.int32)
         s = _align_trunc(mc, qc + F - e_max)
-        for g in range(0, L // G):  # pass 2: exact group sums, cut to 2**(e_max - F)
+        for g in range(L // G):  # pass 2: exact group sums, cut to 2**(e_max - F)
             kg = k0 + g * G + kk
             a = tl.load(a_rows + kg[None, :], mask=a_mask, other=0)
             b = tl.load(b_rows + kg[None, :], mask=b_mask, other=0)
