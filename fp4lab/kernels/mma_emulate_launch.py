@@ -8,7 +8,10 @@ Contract of ``emulated_matmul(a_codes, a_scales, b_codes, b_scales, plan, c=None
 * ``a_codes`` uint8 [M, K] and ``b_codes`` uint8 [N, K]: one element code per byte (unpacked), both blocked along
   K (B is the weight-like [N, K] operand: the result is A @ B.T). ``a_scales`` [M, K / block] and ``b_scales``
   [N, K / block]: uint8 codes of the plan's scale format, or float32 scale values. The block is K / columns and
-  must be one the kind takes with that scale format (``plan.scale.blocks``).
+  must be one the kind takes with that scale format (``plan.scale.blocks``). From a ``QuantizedTensor`` q blocked
+  along K: ``q.codes`` and ``q.scales`` (always), or ``q.scale_codes`` where its scale format encodes like the
+  kind's (NVFP4's ue4m3, MXFP4's E8M0 = ue8m0); two-level formats apply ``q.tensor_scale`` after the GEMM as two
+  fp32 multiplies, as ``fp4lab.emulate_gemm`` does.
 * K: a multiple of the kind's instruction K (``plan.k_multiple``) and of its fused length; any M, N >= 1.
 * ``c``: None (zeros) or float32 [M, N] holding values of the kind's accumulator format.
 * Returns float32 [M, N] on the operands' device: the kind's D, bit for bit the CPU model's (every NaN as the
