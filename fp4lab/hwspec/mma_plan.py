@@ -163,7 +163,8 @@ def lower_kind(hw: Any, kind: str, a_format: Any, b_format: Any = None, scale_fo
     ta = element_tables(a_format, k, "a")
     tb = element_tables(b_format if b_format is not None else a_format, k, "b")
     st = _scale_tables(k, scale_format)
-    smax = int(np.nanmax(st.values) * 2.0 ** (st.bits - max(int(np.floor(np.log2(np.nanmax(st.values)))), st.emin)))
+    top_scale = float(np.nanmax(st.values))
+    smax = int(top_scale * 2.0 ** (st.bits - max(int(np.floor(np.log2(top_scale))), st.emin)))  # largest sig
     if p.algorithm == "gst_fdpa":
         for t, w in ((ta, "a"), (tb, "b")):
             if t.grid is None:
