@@ -141,7 +141,8 @@ def test_codes_and_scales_dequantize_to_the_fake_quant_bits(recipe, path, reques
     rt = runtime_module.runtime(layer.layer_spec)
     keys = runtime_module.sr_keys(layer.sr_state, advance=False)
     g = torch.Generator().manual_seed(5)
-    tensors = {"x": torch.randn(64, 128, generator=g), "w": layer.weight.detach(), "dy": torch.randn(64, 64, generator=g)}
+    tensors = {"x": torch.randn(64, 128, generator=g), "w": layer.weight.detach(),
+               "dy": torch.randn(64, 64, generator=g)}
     uses = [("x", "fprop", "k"), ("x", "wgrad", "m"), ("w", "fprop", "k"), ("w", "dgrad", "m"), ("dy", "dgrad", "k"),
             ("dy", "wgrad", "m")]
     for op, gemm, axis in uses:
@@ -184,16 +185,16 @@ REFUSED = {
     "fp32 scales": ('name = "r"\nformat = "ufp4"\ngemm_numerics = "proposal-ufp4:bsmma.e1m2"\n',
                     "operand x (format 'ufp4'): its fp32 block scales per 16 elements are not a scale of kind"),
     "element grid": (BASE.replace("blackwell-sm100:tcgen05.mxf4nvf4", "proposal-ufp4:bsmma.e1m2"),
-                     "operand x (format 'nvfp4', element grid e2m1) is not an A operand of kind 'bsmma.e1m2', which "
-                     "takes e1m2"),
+                     ("operand x (format 'nvfp4', element grid e2m1) is not an A operand of kind 'bsmma.e1m2', "
+                      "which takes e1m2")),
     "block size": (BASE.replace("tcgen05.mxf4nvf4", "tcgen05.mxf4"),
-                   "its ue4m3 block scales per 16 elements are not a scale of kind 'tcgen05.mxf4', which takes "
-                   "ue8m0/32"),
+                   ("its ue4m3 block scales per 16 elements are not a scale of kind 'tcgen05.mxf4', which takes "
+                    "ue8m0/32")),
     "mixed scales": (BASE + 'weight_format = "mxfp4"\n', "FPROP multiplies x's ue4m3/16 block scales by w's e8m0/32"),
-    "no block scales": (BASE.replace("tcgen05.mxf4nvf4", "tcgen05.f16"), "kind 'tcgen05.f16' of 'blackwell-sm100' "
-                        "has no block scales"),
-    "unknown kind": (BASE.replace("tcgen05.mxf4nvf4", "tcgen05.mxf5"), "hw 'blackwell-sm100' has no kind "
-                     "'tcgen05.mxf5'"),
+    "no block scales": (BASE.replace("tcgen05.mxf4nvf4", "tcgen05.f16"),
+                        "kind 'tcgen05.f16' of 'blackwell-sm100' has no block scales"),
+    "unknown kind": (BASE.replace("tcgen05.mxf4nvf4", "tcgen05.mxf5"),
+                     "hw 'blackwell-sm100' has no kind 'tcgen05.mxf5'"),
     "no colon": (BASE.replace("blackwell-sm100:", ""), "expected '<hwspec name or .toml file>:<kind>'"),
     "gemm_dtype": (BASE.replace('format = "nvfp4"', 'format = "mxfp4"') + 'gemm_dtype = "fp8"\n',
                    "gemm_dtype must stay 'bf16'"),

@@ -85,7 +85,7 @@ class HwGemms:
         if two_d:
             rows, cols = fmt.block.shape
             if axis == "k":
-                codes, scales = codes, scales.repeat_interleave(rows, 0)
+                scales = scales.repeat_interleave(rows, 0)
             else:
                 codes, scales = codes.t(), scales.t().repeat_interleave(cols, 0)
         elif axis == "m":
