@@ -256,3 +256,19 @@ def test_example_recipes_and_hwspecs_load(monkeypatch):
     for name, numerics in names.items():
         r = get_recipe(str(ROOT / "examples" / "recipes" / f"{name}.toml"))
         assert r.gemm_numerics == numerics and r.name == name
+
+
+def test_layer_ops_pass_opcheck():
+    """The layer ops' schemas and fake implementations agree with the gemm_numerics implementation (X itself is
+    saved: forward's WGRAD operand output is empty)."""
+    layer = QuantLinear(64, 64, recipe=NVFP4_HW)
+    x = torch.randn(64, 64, requires_grad=True)
+    args = (x, layer.weight, layer.bias, layer.sr_state, layer.fp8_counts, layer.layer_spec, True, torch.float32)
+    torch.library.opcheck(torch.ops.fp4lab.quant_linear.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    y, xm, ts, _ = torch.ops.fp4lab.quant_linear(*args)
+    assert xm.numel() == 0 and ts.numel() == 0
+    bargs = (torch.randn_like(y), x.detach(), layer.weight.detach(), ts, layer.sr_state.clone(),
+             layer.fp8_counts.clone(), layer.layer_spec, True, True, True, torch.float32)
+    torch.library.opcheck(torch.ops.fp4lab.quant_linear_backward.default, bargs,
+                          test_utils=("test_schema", "test_faketensor"))
