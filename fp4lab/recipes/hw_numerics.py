@@ -8,8 +8,8 @@ layer (FPROP ``Y = X W^T``, DGRAD ``dX = dY W``, WGRAD ``dW = dY^T X``) becomes 
 kind, A [rows, R] times B [cols, R] along the reduction axis R, operands as the recipe quantizes them:
 
 * every operand has a format; its element values are exactly those of an operand format the kind takes in that
-  role (A: FPROP's X, DGRAD's and WGRAD's dY; B: W, and WGRAD's X), decided from values, as ``fp4lab hw native``
-  does (``fp4lab.hwspec.native``);
+  role (A: FPROP's X, DGRAD's and WGRAD's dY; B: W, and WGRAD's X), decided from values as
+  ``fp4lab.hwspec.native`` decides native combinations;
 * its block scale's values are exactly those of a scale format the kind takes with the block length along R
   (2-D tiles: their extent along R), and the two operands of a GEMM share that scale format and block;
 * a second-level tensor scale is allowed: it is the GEMM epilogue's ``alpha`` (``fp4lab.recipes.hw_gemm``);
