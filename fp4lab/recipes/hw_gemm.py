@@ -16,7 +16,7 @@ Per GEMM (FPROP ``Y = X W^T``, DGRAD ``dX = dY W``, WGRAD ``dW = dY^T X``):
 
 Forward saves the input X itself; backward quantizes it along M for WGRAD with the key of the same step. Reading
 a stochastic-rounding key of a CUDA layer costs one device-to-host copy (the quantize kernel takes the key as an
-argument), so these layers are not captured in CUDA graphs.
+argument), so such a step cannot be captured in a CUDA graph.
 """
 
 from __future__ import annotations
