@@ -83,6 +83,11 @@ class Recipe(SpecModel):
         "the exact dequantized values as E4M3 times a power of two per row, FP8 tensor-core GEMMs with "
         "row-wise scales, accumulation promoted to fp32 by the GEMM kernel ('fp8') or kept in the tensor cores' "
         "accumulator ('fp8-fast'); rows that are not exactly E4M3 times a power of two take the bf16 path.")
+    gemm_numerics: str | None = Field(
+        default=None, min_length=1, description="'<hwspec name or file>:<kind>' of a block-scaled tensor-core kind "
+        "(e.g. 'blackwell-sm100:tcgen05.mxf4nvf4'): the three GEMMs multiply the operands' codes and block scales "
+        "as that kind does, bit for bit (fp4lab.recipes.hw_gemm); none: gemm_dtype GEMMs of the dequantized "
+        "operands.")
     high_precision: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="fnmatch-style patterns of qualified module names (as from "
         "model.named_modules(), e.g. 'lm_head', 'layers.0.*', '*.head') whose linear layers stay in high "
@@ -130,6 +135,15 @@ class Recipe(SpecModel):
                     raise ValueError(f"gemm_dtype: '{self.gemm_dtype}' needs power-of-two-scaled formats (E8M0 "
                                      f"block scales, elements of at most 4 significant bits); operand {op}"
                                      f"{'' if f is None else f' (format {f!r})'}: {why}")
+        return self
+
+    @model_validator(mode="after")
+    def _kind_takes_operands(self) -> "Recipe":
+        if self.gemm_numerics is not None:
+            from fp4lab.recipes.hw_numerics import resolve_numerics
+
+            resolve_numerics(self.gemm_numerics, {op: self.format_of(op) for op in ("x", "w", "dy")},
+                             self.gemm_dtype)
         return self
 
     def format_of(self, operand: Operand) -> str | None:

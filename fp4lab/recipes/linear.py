@@ -21,6 +21,7 @@ they are, so the bits equal those of one process over the global batch.
 from __future__ import annotations
 
 import fnmatch
+import math
 import warnings
 from typing import Any
 
@@ -74,7 +75,7 @@ class QuantLinear(torch.nn.Linear):
         self.layer_spec = spec.encode()
         r = runtime(self.layer_spec)
         self._fp8 = r.fp8
-        self._tokens_multiple = _token_multiple(self.recipe, r.formats) if self.recipe.format is not None else (1, "x")
+        self._tokens_multiple = _token_multiple(self.recipe, r.formats) if self.recipe.format is not None else (1, "")
 
     @property
     def stream(self) -> int:
@@ -152,10 +153,9 @@ class QuantLinear(torch.nn.Linear):
         x2 = x.reshape(-1, self.in_features)
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
         if needs_w and x2.shape[0] % self._tokens_multiple[0]:
-            need, op = self._tokens_multiple
+            need, why = self._tokens_multiple
             raise InputError(f"{self._where()}: {x2.shape[0]} tokens (rows of the flattened input) is not a multiple "
-                             f"of {need}, the block/RHT size along M of the WGRAD operand {op} in recipe "
-                             f"'{self.recipe.name}'")
+                             f"of {need}, {why}")
         dev = x2.device.type
         autocast = dev != "meta" and torch.is_autocast_enabled(dev)  # (no autocast state for meta tensors)
         out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
@@ -262,10 +262,17 @@ def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
             if size % need:
                 raise InputError(f"{where}: {what} = {size} is not a multiple of {need} (the block/RHT size of "
                                  f"format '{f}' for operand {op} in recipe '{recipe.name}')")
+    if recipe.gemm_numerics is not None:
+        from fp4lab.recipes.hw_numerics import recipe_numerics, reduction_error
+
+        for gemm, size in (("fprop", k), ("dgrad", n)):
+            why = reduction_error(recipe_numerics(recipe), gemm, size)
+            if why:
+                raise InputError(f"{where}: {why} in recipe '{recipe.name}'")
 
 
 def _token_multiple(recipe: Recipe, formats: dict[str, Any]) -> tuple[int, str]:
-    """(the multiple of M that the WGRAD operands' blocks and RHT need, the operand that needs the most)."""
+    """(the multiple of M that the WGRAD operands' blocks and RHT need, and what needs it, for messages)."""
     need, which = 1, "x"
     for op in ("x", "dy"):
         n = _block_along(formats[op], "m")
@@ -273,7 +280,16 @@ def _token_multiple(recipe: Recipe, formats: dict[str, Any]) -> tuple[int, str]:
             n = max(n, recipe.rht_size)
         if n > need:
             need, which = n, op
-    return need, which
+    why = f"the block/RHT size along M of the WGRAD operand {which} in recipe '{recipe.name}'"
+    if recipe.gemm_numerics is not None:
+        from fp4lab.recipes.hw_numerics import recipe_numerics
+
+        kind = recipe_numerics(recipe)
+        if math.lcm(need, kind.multiple) > need:
+            need = math.lcm(need, kind.multiple)
+            why = (f"as WGRAD reduces over the tokens on gemm_numerics kind {kind.kind!r} (instruction K "
+                   f"{kind.multiple}) in recipe '{recipe.name}'")
+    return need, why
 
 
 def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
