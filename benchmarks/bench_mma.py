@@ -8,6 +8,18 @@ of the same model in the same run, each checked bit for bit against the numba re
   timed on a block of rows and extrapolated.
 
     NUMBA_NUM_THREADS=2 PYTHONPATH=. python benchmarks/bench_mma.py [--json out.json]
+
+With ``--gpu`` (a CUDA GPU; results to $OUT/bench_mma_gpu.json as they arrive) it times instead the Triton kernels
+of the block-scaled models (fp4lab/kernels/mma_emulate.py), all ratios in one process:
+
+* tcgen05.mxf4nvf4 (NVFP4: e2m1, ue4m3 per 16) at 4096^3 over a few tiles (target: <= 50 ms), the kernel alone
+  (prepared operands) and the whole ``emulated_matmul``; products per second against the CPU model (numba, all
+  cores) timed on the first rows of the same shape (checked bit for bit against the GPU's rows) and extrapolated;
+* the same kind at 8192^3 against cuBLAS bf16 (torch.mm) at 8192^3;
+* tcgen05.mxf8f6f4 (ST-FDPA) and CDNA4 mfma_scale (TR-FDPA), the per-product kernel, at 2048^3.
+
+    OUT=/some/dir PYTHONPATH=. python benchmarks/bench_mma.py --gpu
+    TRITON_INTERPRET=1 OUT=/tmp/x PYTHONPATH=. python benchmarks/bench_mma.py --gpu --smoke   # CPU smoke test
 """
 
 from __future__ import annotations
@@ -17,6 +29,8 @@ import json
 import os
 import platform
 import time
+import types
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +65,141 @@ def numpy_chunked_model(a: np.ndarray, b: np.ndarray, c: np.ndarray, F: int = 25
     return acc.astype(np.float32)
 
 
+GST_TILES = [(32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2), (64, 64, 16, 2), (32, 32, 4, 3)]
+FDPA_TILES = [(32, 32, 8, 4), (16, 16, 4, 16), (32, 32, 8, 8), (64, 32, 8, 4)]
+
+
+DEV = "cuda"  # "cpu" with --smoke under TRITON_INTERPRET=1: the same code paths on tiny shapes, no timing value
+
+
+def _sync() -> None:
+    import torch
+
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def _gpu_operands(plan, M: int, N: int, K: int, seed: int = 0):
+    """Random element codes and scale codes near 1 on the GPU (NaN-free scales: finite timing data)."""
+    import torch
+
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    nb = K // plan.scale.blocks[0]
+    one = int(np.flatnonzero(plan.scale.values == 1.0)[0])
+    def codes(rows, n):
+        return torch.randint(0, n, (rows, K), generator=g, device=DEV, dtype=torch.int32).to(torch.uint8)
+    def scales(rows):
+        return (one + torch.randint(-3, 4, (rows, nb), generator=g, device=DEV, dtype=torch.int32)).to(torch.uint8)
+    return codes(M, plan.a.ncodes), scales(M), codes(N, plan.b.ncodes), scales(N)
+
+
+def _time_ms(fn) -> float:
+    if DEV != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=3, rep=20))
+
+
+def gpu_kind(res: dict, name: str, hw: str, kind: str, fmt: tuple, shape: int, tiles: list, cpu_rows: int,
+             save) -> None:
+    """Time one kind's kernel over ``tiles`` at shape^3; CPU model on the first ``cpu_rows`` rows, bit for bit."""
+
+    from fp4lab.hwspec.mma import emulate_gemm
+    from fp4lab.hwspec.mma_plan import lower_kind
+    from fp4lab.hwspec.operands import decode_codes, operand_format
+    from fp4lab.kernels.mma_emulate_launch import (
+        emulated_matmul,
+        launch,
+        prepare_operands,
+    )
+
+    a_f, b_f, s_f = fmt
+    plan = lower_kind(hw, kind, a_f, b_f, s_f)
+    M = N = K = shape
+    ca, sa, cb, sb = _gpu_operands(plan, M, N, K)
+    ops = prepare_operands(ca, sa, cb, sb, plan, check=False)
+    out: dict = {"kind": f"{hw} {kind} {a_f}x{b_f} {s_f}", "shape": [M, N, K], "tiles": []}
+    res[name] = out
+    best = None
+    for tile in tiles:
+        try:
+            launch(ops, tile=tile)
+            _sync()
+            ms = _time_ms(lambda t=tile: launch(ops, tile=t))
+            out["tiles"].append({"tile": tile, "ms": round(ms, 3), "products_per_s": M * N * K / ms * 1e3})
+            if best is None or ms < best[1]:
+                best = (tile, ms)
+        except Exception as exc:  # noqa: BLE001 (report and go on)
+            out["tiles"].append({"tile": tile, "error": f"{type(exc).__name__}: {exc}"[:1500]})
+        print(name, out["tiles"][-1], flush=True)
+        save()
+    if best is None:
+        return
+    tile, ms = best
+    out["best_tile"], out["kernel_ms"] = tile, round(ms, 3)
+    out["emulated_matmul_ms"] = round(_time_ms(lambda: emulated_matmul(ca, sa, cb, sb, plan, check=False,
+                                                                       tile=tile)), 3)
+    d = launch(ops, tile=tile)
+    r = cpu_rows
+    tables = [decode_codes(np.arange(t.ncodes), operand_format(f)) for t, f in ((plan.a, a_f), (plan.b, b_f))]
+    qa = types.SimpleNamespace(codes=ca[:r].cpu().numpy(), fmt=tables[0], tensor_scale=None,
+                               scales=plan.scale.values[sa[:r].cpu().numpy().astype(np.int64)])
+    qb = types.SimpleNamespace(codes=cb.cpu().numpy(), fmt=tables[1], tensor_scale=None,
+                               scales=plan.scale.values[sb.cpu().numpy().astype(np.int64)])
+    emulate_gemm(qa, qb, hw=hw, kind=kind, scale_format=s_f)  # numba compile / cache load
+    t0 = time.perf_counter()
+    want = emulate_gemm(qa, qb, hw=hw, kind=kind, scale_format=s_f)
+    t_cpu = time.perf_counter() - t0
+    cpu_rate = r * N * K / t_cpu
+    gpu_rate = M * N * K / ms * 1e3
+    out.update({"cpu_rows": r, "cpu_seconds": round(t_cpu, 2), "cpu_products_per_s": cpu_rate,
+                "gpu_products_per_s": gpu_rate, "speedup_vs_cpu_model": round(gpu_rate / cpu_rate, 1),
+                "cpu_rows_mismatches": int((d[:r].cpu().numpy().view(np.uint32) != want.view(np.uint32)).sum())})
+    print(name, {k: v for k, v in out.items() if k != "tiles"}, flush=True)
+    save()
+
+
+def gpu_main(args) -> None:
+    import numba
+    import torch
+
+    out_dir = Path(os.environ.get("OUT", "out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "bench_mma_gpu.json"
+    global DEV
+    if args.smoke:
+        DEV = "cpu"
+    n4, n8, n2 = (64, 64, 64) if args.smoke else (4096, 8192, 2048)
+    res: dict = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "interpreter",
+                 "date": time.strftime("%Y-%m-%d"),
+                 "numba_threads": numba.get_num_threads(), "cpu_count": os.cpu_count()}
+
+    def save() -> None:
+        path.write_text(json.dumps(res, indent=1, default=str))
+
+    nvfp4 = ("blackwell-sm100", "tcgen05.mxf4nvf4", ("e2m1", "e2m1", "ue4m3"))
+    gpu_kind(res, "mxf4nvf4_4096", *nvfp4, n4, GST_TILES[:2] if args.smoke else GST_TILES, 32, save)
+    best = res["mxf4nvf4_4096"].get("best_tile")
+    if best is not None:
+        gpu_kind(res, "mxf4nvf4_8192", *nvfp4, n8, [tuple(best)], 8, save)
+    a = torch.randn(n8, n8, device=DEV).to(torch.bfloat16)
+    b = torch.randn(n8, n8, device=DEV).to(torch.bfloat16)
+    res["cublas_bf16_8192_ms"] = round(_time_ms(lambda: torch.mm(a, b)), 3)
+    if "kernel_ms" in res.get("mxf4nvf4_8192", {}):
+        res["mxf4nvf4_8192_over_cublas_bf16"] = round(res["mxf4nvf4_8192"]["kernel_ms"] / res["cublas_bf16_8192_ms"], 2)
+    print("cuBLAS bf16 8192^3", res["cublas_bf16_8192_ms"], "ms", flush=True)
+    save()
+    gpu_kind(res, "mxf8f6f4_2048", "blackwell-sm100", "tcgen05.mxf8f6f4", ("e4m3", "e2m1", "ue8m0"), n2,
+             FDPA_TILES, 64, save)
+    gpu_kind(res, "cdna4_2048", "cdna4-mi350", "mfma_scale.f8f6f4", ("e4m3", "e5m2", "e8m0"), n2, FDPA_TILES[:2],
+             32, save)
+    save()
+    print(json.dumps({k: v for k, v in res.items()}, default=str)[:4000])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--m", type=int, default=512)
@@ -60,7 +209,12 @@ def main() -> None:
     ap.add_argument("--np-rows", type=int, default=32, help="rows computed by the numpy-vectorised model")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--gpu", action="store_true", help="time the Triton MMA kernels instead (module docstring)")
+    ap.add_argument("--smoke", action="store_true", help="--gpu's code paths on 64^3 in the CPU interpreter")
     args = ap.parse_args()
+    if args.gpu:
+        gpu_main(args)
+        return
 
     import numba
 

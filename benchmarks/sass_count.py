@@ -6,6 +6,7 @@ registers and the most frequent opcodes, from Triton's bundled ptxas/nvdisasm.
     python benchmarks/sass_count.py fakequant ufp4:sr:16 mxfp4:rtne --tile 32x64x4 --along km --rht 16
     python benchmarks/sass_count.py fakequant nvfp4:rtne --tile 16x128x2 --along km --rht-m 16
     python benchmarks/sass_count.py gemm mxfp4 ufp4 --tile 128x64x8
+    python benchmarks/sass_count.py mma blackwell-sm100:tcgen05.mxf4nvf4:e2m1:ue4m3 --tile 32x32x4   # BMxBNxWARPS
 
 The kernels are ALU-issue-bound on the H200, so fewer instructions per element is the number to drive down before
 spending device time. The count is static: a kernel with a runtime branch (the quantize kernel's per-tile lean
@@ -33,13 +34,17 @@ import fp4lab  # noqa: E402
 import fp4lab.kernels.dequantize as dq  # noqa: E402
 import fp4lab.kernels.fakequant as fq  # noqa: E402
 import fp4lab.kernels.gemm as gm  # noqa: E402
+import fp4lab.kernels.host as host  # noqa: E402
+import fp4lab.kernels.mma_emulate as mma  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
 from fp4lab.kernels.dequantize_launch import dequantize_triton  # noqa: E402
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
 from fp4lab.kernels.gemm_launch import gemm_triton  # noqa: E402
+from fp4lab.kernels.mma_emulate_launch import emulated_matmul  # noqa: E402
 from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
+host.interpreting.cache_clear()  # read once per process: read it again now
 
 TYPES = {torch.float32: "fp32", torch.int32: "i32", torch.uint8: "u8", torch.int16: "i16", torch.int8: "i8",
          torch.uint16: "u16", torch.float16: "fp16", torch.int64: "i64"}
@@ -130,14 +135,17 @@ def sass_stats(compiled) -> tuple[int, collections.Counter, str, list[str]]:
                               for ln in lines)
     res = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", fh.name], capture_output=True, text=True)
     regs = re.search(r"REG:(\d+)", res.stdout)
+    stack = re.search(r"STACK:(\d+)", res.stdout)
     os.unlink(fh.name)
-    return len(lines), ops, regs.group(1) if regs else "?", listing
+    spill = f" (stack {stack.group(1)} B: spills)" if stack and int(stack.group(1)) else ""
+    return len(lines), ops, (regs.group(1) if regs else "?") + spill, listing
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kernel", choices=["quantize", "dequantize", "fakequant", "gemm"])
-    ap.add_argument("cases", nargs="+", help="FORMAT[:ROUNDING[:SR_BITS]] (rounding: quantize, fakequant)")
+    ap.add_argument("kernel", choices=["quantize", "dequantize", "fakequant", "gemm", "mma"])
+    ap.add_argument("cases", nargs="+", help="FORMAT[:ROUNDING[:SR_BITS]] (rounding: quantize, fakequant); mma: "
+                    "SPEC:KIND:ELEMENT:SCALE")
     ap.add_argument("--tile", default="32x256x4", help="BMxBKxWARPS (gemm: BM = BN)")
     ap.add_argument("--along", default="k", choices=["k", "m", "km"], help="fakequant: blockings")
     ap.add_argument("--rht", type=int, default=0, help="fakequant: RHT size on every blocking (0: none)")
@@ -149,7 +157,7 @@ def main() -> None:
     for case in args.cases:
         name, _, rest = case.partition(":")
         mode, _, srw = rest.partition(":")
-        fmt = fp4lab.get_format(name)
+        fmt = None if args.kernel == "mma" else fp4lab.get_format(name)
         x = torch.randn(2 * bm, 2 * bk, dtype=torch.bfloat16)
         if args.kernel == "fakequant":
             rht_m = args.rht if args.rht_m is None else args.rht_m
@@ -173,6 +181,26 @@ def main() -> None:
                 gemm_triton(qa, qb, "exact", tile=(bm, bm, bk, warps, 3))
             finally:
                 gm._gemm_kernel = cap.kernel
+        elif args.kernel == "mma":  # the tensor-core emulation kernel; tile BM x BN x warps (bk is BN here)
+            from fp4lab.hwspec.mma_plan import lower_kind
+            from fp4lab.kernels.host import interpreting
+
+            interpreting.cache_clear()  # read TRITON_INTERPRET=1 again: the host side takes CPU tensors
+            hw, kind, elem, sfmt = case.split(":")
+            plan = lower_kind(hw, kind, elem, scale_format=sfmt)
+            attr = "_gst_kernel" if plan.params.algorithm == "gst_fdpa" else "_fdpa_kernel"
+            cap = Capture(getattr(mma, attr))
+            setattr(mma, attr, cap)
+            K = 4 * max(plan.k_multiple, plan.params.fused_len)
+            blk = plan.scale.blocks[0]
+            one = int(np.flatnonzero(plan.scale.values == 1.0)[0])
+            codes = torch.zeros((2 * bm, K), dtype=torch.uint8)
+            scales = torch.full((2 * bm, K // blk), one, dtype=torch.uint8)
+            try:
+                emulated_matmul(codes, scales, codes[:2 * bk], scales[:2 * bk], plan, check=False,
+                                tile=(bm, bk, warps, 2 if attr == "_gst_kernel" else 4))
+            finally:
+                setattr(mma, attr, cap.kernel)
         else:
             codes = torch.randint(0, 255, (2 * bm, bk), dtype=torch.uint8)
             sdt = torch.int32 if fmt.scale.kind == "fp32" else torch.uint8

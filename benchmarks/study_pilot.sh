@@ -5,8 +5,8 @@
 #
 # It trains examples/study/pilot.toml (25 runs of the 1.87M-parameter model, 1000 steps each, deterministic, on the
 # python-packages corpus: bf16, ufp4 and e2m1-ref with seeds 0-5, the negative control bf16-order1 with seeds 0-5,
-# and a repeat of ufp4 seed 0) as 13 processes side by side, stops starting steps after 7 minutes, and writes
-# small files only:
+# and a repeat of ufp4 seed 0) as 13 processes side by side, stops starting steps after MAX_MINUTES (default 7)
+# minutes, and writes small files only:
 #   $OUT/corpus.txt                 the corpus: files, bytes, fingerprint
 #   $OUT/pilot/runs.jsonl           every run's configuration, code version, logged rows (throughput included)
 #   $OUT/pilot/slice.json           the command, times, device, each run's status, the shard processes' log tails
@@ -25,7 +25,7 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREA
 RUNS=$(mktemp -d)
 mkdir -p "$OUT"
 $PY examples/pretrain.py corpus --corpus python-packages > "$OUT/corpus.txt"
-$PY examples/pretrain.py study examples/study/pilot.toml --out "$RUNS" --procs 13 --max-minutes 7 \
+$PY examples/pretrain.py study examples/study/pilot.toml --out "$RUNS" --procs 13 --max-minutes "${MAX_MINUTES:-7}" \
     ${DONE:+--done-from "$DONE"} --pack "$OUT/pilot" || echo "study exit status $? (see $OUT/pilot/slice.json)"
 $PY examples/pretrain.py summarize "$OUT/pilot" --dest "$OUT/pilot-summary" --no-plots --alpha 0.00625
 rm -rf "$RUNS"

@@ -1,4 +1,5 @@
-"""Public entry points ``quantize`` / ``dequantize`` / ``rht``: dispatch by array type and device.
+"""Public entry points ``quantize`` / ``dequantize`` / ``rht`` / ``gemm`` / ``emulate_gemm``: dispatch by array type
+and device.
 
 numpy arrays and CPU torch tensors run on the numba emulator; CUDA tensors run on the Triton kernels. All
 paths produce the same bits (see docs/numerics.md). Inputs are converted to float32 first (RTNE from float64;
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.emulator.options import RHT_SIZES, QuantizeOptions, check_int, split_seed_checked
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
 from fp4lab.quantized import QuantizedTensor
@@ -27,6 +28,7 @@ def _is_torch(x: Any) -> bool:
 
 def _to_float32_numpy(x: Any, what: str) -> np.ndarray:
     """float32 numpy copy/view of a numpy array or CPU torch tensor; rejects non-float dtypes."""
+    check_plain_data(x, what)
     if _is_torch(x):
         import torch
 
@@ -135,7 +137,11 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
     """
     import dataclasses
 
-    from fp4lab.emulator.quantize import check_quantized, dequantize_emulated, tensor_scale_value
+    from fp4lab.emulator.quantize import (
+        check_quantized,
+        dequantize_emulated,
+        tensor_scale_value,
+    )
 
     if isinstance(qt, QuantizedTensor):
         qt = unpack(qt)  # codes stored packed (fp4lab.pack, quantize_triton(packed=True)) decode alike
@@ -210,3 +216,109 @@ def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
     from fp4lab.kernels.api import gemm as gemm_triton
 
     return gemm_triton(qa, qb, mode=mode)
+
+
+def _mma_on_device(q: Any) -> bool:
+    codes = getattr(q, "codes", None)
+    if codes is None and getattr(q, "packed_codes", None) is not None:
+        codes = q.packed_codes
+    return _is_torch(codes) and codes.is_cuda
+
+
+def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
+                 promotion_interval: int | None = None, *, impl: str | None = None, **kwargs: Any) -> Any:
+    """A @ B.T (A [M, K], B [N, K], blocked along K) as a tiled GEMM kernel on ``hw``'s tensor cores computes it with
+    instruction ``kind`` (the CPU model: ``fp4lab.hwspec.mma.emulate_gemm``, whose docstring gives every option).
+
+    Quantized operands whose codes are CUDA tensors run on the GPU (``impl="triton"`` forces it, e.g. for CPU
+    tensors under ``TRITON_INTERPRET=1``): the Triton kernels of fp4lab/kernels/mma_emulate.py, for block-scaled
+    kinds (GST/ST/T/TR-FDPA), same bits as the CPU model; the result is a float32 tensor on the codes' device.
+    Everything else runs the CPU model (``impl`` "numba", the default, or "reference") and returns numpy."""
+    on_device = _mma_on_device(qa) or _mma_on_device(qb)
+    if impl == "triton" or (impl is None and on_device):
+        return _emulate_gemm_triton(qa, qb, hw, kind, block_k, promotion_interval, **kwargs)
+    if on_device:
+        raise InputError(f"emulate_gemm: impl={impl!r} runs the CPU model on CPU operands; these are CUDA tensors "
+                         "(move them to the CPU, or leave impl unset for the Triton kernels)")
+    from fp4lab.hwspec.mma import emulate_gemm as emulate_gemm_cpu
+
+    return emulate_gemm_cpu(qa, qb, hw=hw, kind=kind, block_k=block_k, promotion_interval=promotion_interval,
+                            impl=impl or "numba", **kwargs)
+
+
+def _emulate_gemm_triton(qa: Any, qb: Any, hw: Any, kind: str, block_k: int | None, promotion_interval: int | None,
+                         c: Any = None, k_order: Any = None, scale_mode: str = "fold", a_format: Any = None,
+                         b_format: Any = None, scale_format: str | None = None) -> Any:
+    """The GPU path of ``emulate_gemm``: the same checks and choices as the CPU model (formats from the operands'
+    value tables, the scale format decided by ``decode_scales`` on a host copy of the scales), then
+    ``fp4lab.kernels.mma_emulate_launch.emulated_matmul`` per promotion interval, fp32 additions between them and
+    the tensor scales as two fp32 multiplies."""
+    import torch
+
+    from fp4lab.hwspec.mma import resolve_kind
+    from fp4lab.hwspec.mma_operands import decode_scales, values_table
+    from fp4lab.hwspec.mma_plan import lower_kind
+    from fp4lab.kernels.mma_emulate_launch import emulated_matmul
+
+    k = resolve_kind(hw, kind)
+    qa, qb = (unpack(q) if isinstance(q, QuantizedTensor) else q for q in (qa, qb))
+    for q, nm in ((qa, "qa"), (qb, "qb")):
+        if not (_is_torch(getattr(q, "codes", None)) and values_table(getattr(q, "fmt", None)) is not None):
+            raise InputError(f"emulate_gemm: on the GPU, {nm} must be a quantized tensor (torch .codes, .scales, "
+                             ".fmt with a values table)")
+    if not k.block_scaled:
+        raise InputError(f"emulate_gemm: kind {k.name!r} has no block scales; the GPU kernels run block-scaled kinds "
+                         "(pass CPU operands for the CPU model)")
+    if k_order is not None:
+        raise InputError("emulate_gemm: k_order must be a permutation of range(block_k), on a kind without block "
+                         "scales")
+    ca, cb = qa.codes, qb.codes
+    if ca.ndim != 2 or cb.ndim != 2 or ca.shape[1] != cb.shape[1]:
+        raise InputError(f"emulate_gemm: need qa [M,K] and qb [N,K]; got {tuple(ca.shape)} and {tuple(cb.shape)}")
+    (M, K), N = ca.shape, cb.shape[0]
+    sa, sb = (q.scales.to(torch.float32) for q in (qa, qb))
+    sa = sa.repeat_interleave(M // sa.shape[0], dim=0)  # 2-D tiles: one scale row per tile
+    sb = sb.repeat_interleave(N // sb.shape[0], dim=0)
+    kinst = min([int(k.k)] + list(k.k_alt))
+    if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
+        raise InputError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+    if scale_mode not in ("fold", "per_block"):
+        raise InputError(f"emulate_gemm: scale_mode {scale_mode!r} unknown; use 'fold' or 'per_block'")
+    _, _, sfmt, bs = decode_scales(sa.cpu().numpy().astype(np.float64), sb.cpu().numpy().astype(np.float64).T, k, K,
+                                   M, N, scale_format)
+    ta, tb = values_table(qa.fmt), values_table(qb.fmt)  # the CPU model's element decoding (hwspec/mma.py)
+    plan = lower_kind(hw, kind, ta, tb, sfmt)
+    c0 = None
+    if c is not None:
+        c0 = torch.as_tensor(np.asarray(c, np.float32) if not _is_torch(c) else c, device=ca.device)
+        if tuple(c0.shape) != (M, N) or c0.dtype != torch.float32:
+            raise InputError(f"emulate_gemm: c has shape {tuple(c0.shape)} ({c0.dtype}), expected float32 {(M, N)}")
+    ca, cb = ca.to(torch.uint8), cb.to(torch.uint8)
+    if promotion_interval is None:
+        acc = emulated_matmul(ca, sa, cb, sb, plan, c0)
+    else:
+        P = promotion_interval
+        if P <= 0 or K % P or P % kinst or P % bs:
+            raise InputError(f"emulate_gemm: promotion_interval = {P} must divide K = {K} and be a multiple of "
+                             f"{kinst} and of the scale block {bs}")
+        acc = c0.clone() if c0 is not None else torch.zeros((M, N), dtype=torch.float32, device=ca.device)
+        for k0 in range(0, K, P):  # every P K-elements an fp32 round-to-nearest-even addition
+            acc = acc + emulated_matmul(ca[:, k0:k0 + P], sa[:, k0 // bs:(k0 + P) // bs], cb[:, k0:k0 + P],
+                                        sb[:, k0 // bs:(k0 + P) // bs], plan, check=k0 == 0)
+        acc = _finish_torch(acc, plan, k)
+    for q in (qa, qb):
+        ts = getattr(q, "tensor_scale", None)
+        if ts is not None:
+            acc = _finish_torch(acc * torch.as_tensor(ts, dtype=torch.float32, device=acc.device).reshape(()), plan, k)
+    return acc
+
+
+def _finish_torch(x: Any, plan: Any, kind: Any) -> Any:
+    """float32 values -> the kind's output format (f16: RNE) with its canonical NaN bits (hwspec.mma.finish)."""
+    import torch
+
+    if kind.output.format == "f16":
+        x = x.to(torch.float16).to(torch.float32)
+    nan = torch.full_like(x.view(torch.int32), plan.nan_bits32 - (1 << 32) if plan.nan_bits32 >> 31 else
+                          plan.nan_bits32).view(torch.float32)
+    return torch.where(torch.isnan(x), nan, x)

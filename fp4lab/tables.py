@@ -8,7 +8,18 @@ can give way; text columns wrap at spaces and fold inside long words. Headers ma
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
+
+# what a terminal would act on or reorder: C0/C1 controls (tab and newline too: one cell, one line), separators and
+# the bidirectional formatting characters
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control or bidirectional-formatting character written as its Python escape (``\\x1b``,
+    ``\\u202e``), so that text from a user's file prints as written and never acts on the terminal."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 _STYLES = {"num": ("right", True), "key": ("left", True), "text": ("left", False)}  # justify, no_wrap
 

@@ -69,7 +69,7 @@ def test_spec_validate_good_and_bad(capsys, tmp_path):
     bad.write_text('name = "bad"\nelement = "e2m1"\nblock = { shape = [16] }\nscale = "fp32"\n'
                    '[scale_rule]\nmethod = "floor"\n')
     code, out, err = run(capsys, "spec", "validate", str(good), str(bad))
-    assert code == 1
+    assert code == 2  # bad input, as every command reports it
     assert "ok:" in out and "good" in out
     assert err.count("\n") == 1 and "bad.toml" in err and "pow2" in err
 
@@ -84,7 +84,7 @@ def test_invalid_spec_toml_syntax(capsys, tmp_path):
     bad = tmp_path / "broken.toml"
     bad.write_text("name = \n")
     code, _, err = run(capsys, "spec", "validate", str(bad))
-    assert code == 1 and "broken.toml" in err and "TOML" in err
+    assert code == 2 and "broken.toml" in err and "TOML" in err
 
 
 def test_console_script_entry_point_exists():

@@ -11,6 +11,7 @@ import pytest
 
 import fp4lab
 from fp4lab.cli import main
+from fp4lab.tables import short
 
 SPEC = ('name = "my-e1m2-b32"\nelement = "e1m2"\nblock = { shape = [32] }\nscale = "ue4m3"\ntensor_scale = "amax"\n'
         '[scale_rule]\nmethod = "amax"\nelement_scaling = "reciprocal"\n')
@@ -111,6 +112,28 @@ def test_compare_verdict_per_input(capsys, monkeypatch, spec):
         assert line, flat
         assert line.group(1).startswith(names[win["format"]]) and float(line.group(2)) == round(best, 2)
         assert float(line.group(4)) == round(100 * v["smallest_abs_bias"]["bias_amax"], 4)
+
+
+def test_compare_verdicts_among_formats_of_equal_bits(capsys, monkeypatch):
+    """The 6-bit ufp4 wins the overall verdict; ``by_bits`` judges each storage cost among its peers (4.25: mxfp4
+    and int4-b32-e8m0; 4.5: nvfp4; 6: ufp4), in JSON and as one printed line per cost."""
+    argv = ["compare", "mxfp4", "int4-b32-e8m0", "nvfp4", "ufp4", *SMALL]
+    doc = json.loads(run(capsys, monkeypatch, *argv, "--json"))
+    flat = " ".join(run(capsys, monkeypatch, *argv).split())
+    bits = {f: doc["formats"][f]["bits_per_element"] for f in doc["config"]["formats"]}
+    for label in ("gaussian", "laplace"):
+        by_bits = doc["verdicts"][label]["by_bits"]
+        assert list(by_bits) == ["4.25", "4.5", "6"]
+        for key, group in by_bits.items():
+            recs = [r for r in doc["results"] if r["input"] == label and short(bits[r["format"]]) == key]
+            best = max(r["sqnr_db"] for r in recs)
+            assert group["best_sqnr"]["sqnr_db"] == best
+            assert {c["format"] for c in group["best_sqnr"]["cases"]} == {r["format"] for r in recs
+                                                                          if r["sqnr_db"] == best}
+            assert abs(group["smallest_abs_bias"]["bias_amax"]) == min(abs(r["bias_amax"]) for r in recs)
+            assert f"among {key}-bit formats: best SQNR" in flat
+        assert doc["verdicts"][label]["best_sqnr"]["cases"][0]["format"] == "ufp4"
+        assert by_bits["4.25"]["best_sqnr"]["cases"][0]["format"] in ("mxfp4", "int4-b32-e8m0")
 
 
 def test_plot_has_legend_shared_scale_and_measured_bias_for_spec_files(monkeypatch, tmp_path, spec):

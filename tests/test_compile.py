@@ -251,3 +251,20 @@ def test_the_recipes_guide_example_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("[3, 3, 3, 3]")
+
+
+def test_a_model_built_on_the_meta_device_gets_its_streams_back():
+    """Meta-device initialization (build on meta, to_empty, reset_parameters): each layer's stream and step are
+    written into the fresh buffers, so the bits equal those of a model built directly."""
+    torch.manual_seed(0)
+    direct = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4")
+    with torch.device("meta"):
+        lazy = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4")
+    lazy.to_empty(device="cpu")
+    lazy[0].reset_parameters()
+    lazy.load_state_dict(direct.state_dict())
+    assert lazy[0].step == 0 and lazy[0].stream == direct[0].stream
+    assert torch.equal(lazy[0].sr_state, direct[0].sr_state)
+    xs, gs = _data(1, k=64)
+    gs = [torch.randn(32, 64)]
+    _assert_same(_steps(direct, xs, gs), _steps(lazy, xs, gs), "meta")

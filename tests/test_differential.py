@@ -111,6 +111,26 @@ def test_e5m2_overflow_tie_disagreement():
     assert torch.from_numpy(x).to(torch.float8_e5m2).float().tolist() == [np.inf, -np.inf, np.inf]
 
 
+def test_e4m3_nan_sign_disagreement():
+    """Disagreement D13: with overflow 'nan', every NaN result (|x| > 464, +-Inf, NaN of either sign) is the grid's
+    one NaN code 0x7F; ml_dtypes float8_e4m3fn keeps the input's sign (0xFF for negatives). Values agree (NaN)."""
+    x = np.array([500.0, -500.0, np.inf, -np.inf, 1e30, -1e30, np.nan, np.nan], F32)
+    x[7] = np.uint32(0xFFC00000).view(F32)
+    assert fp4lab.quantize(x, E4M3_ML).codes.tolist() == [0x7F] * 8
+    assert x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).tolist() == [0x7F, 0xFF] * 4
+
+
+@pytest.mark.parametrize("grid,dtype", [("e2m3", ml_dtypes.float6_e2m3fn), ("e3m2", ml_dtypes.float6_e3m2fn)])
+def test_fp6_nan_disagreement(grid, dtype):
+    """Disagreement D2 on the FP6 grids: ml_dtypes casts +NaN to -0 (0x20) and a NaN with the sign bit set to +0;
+    fp4lab writes the ``nan_element`` code for every NaN: +0 by default, -0 with ``nan_element = "neg_zero"``
+    (which then matches ml_dtypes on positive NaNs)."""
+    x = np.array([0x7FC00000, 0xFFC00000], np.uint32).view(F32)
+    assert x.astype(dtype).view(np.uint8).tolist() == [0x20, 0x00]
+    assert fp4lab.quantize(x, element_format(grid)).codes.tolist() == [0x00, 0x00]
+    assert fp4lab.quantize(x, element_format(grid, nan_element="neg_zero")).codes.tolist() == [0x20, 0x20]
+
+
 # ---- scale-format casts ----------------------------------------------------------------------------------------
 UE4M3 = fp4lab.get_format("nvfp4").scale
 E8M0 = fp4lab.get_format("mxfp4").scale
@@ -237,7 +257,7 @@ def test_mx_scale_code_zero_disagreement():
 
 
 def test_rceil_float32_log2_disagreement():
-    """Disagreement D7 (anchors b.10-E6): amax = 6 * 2^k + 1 ulp needs exponent k + 1. fp4lab (exact, from the bits)
+    """Disagreement D7: amax = 6 * 2^k + 1 ulp needs exponent k + 1. fp4lab (exact, from the bits)
     gives k + 1 for every k; torchao 0.18's eager ceil(log2(amax / 6)) in float32 gives k for some k."""
     ks = np.arange(-20, 20)
     amax = np.nextafter((6.0 * np.ldexp(1.0, ks)).astype(F32), F32(np.inf))
@@ -344,7 +364,7 @@ def test_nvfp4_tiny_tensor_disagreement():
 
 
 def test_nvfp4_all_zero_tensor_disagreement():
-    """Disagreement D9 (anchors b.10-E8): an all-zero tensor. fp4lab uses tensor scale 1 and writes zero codes;
+    """Disagreement D9: an all-zero tensor. fp4lab uses tensor scale 1 and writes zero codes;
     torchao's per-tensor scale 0 makes every block scale NaN and the packed codes non-zero."""
     x = np.zeros((2, 32), F32)
     qt = fp4lab.quantize(x, "nvfp4-torchao")

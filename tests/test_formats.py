@@ -108,7 +108,7 @@ def test_e2m1_threshold_tables(mode, negative, positive):
     ("rtz", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, -0.0, -2.0]),
 ])
 def test_e2m1_ties_per_mode(mode, expected):
-    """The seven E2M1 midpoints and two negative ones under each deterministic mode (anchors b.7 / b.10-E1)."""
+    """The seven E2M1 midpoints and two negative ones under each deterministic mode."""
     x = F32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -2.5])
     got = fp4lab.dequantize(fp4lab.quantize(x, "e2m1", rounding=mode))
     assert same_bits(got, F32(expected))

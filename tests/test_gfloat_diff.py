@@ -155,6 +155,20 @@ def test_mx_blocks_equal_gfloat_quantize_block(element: str, gf_elem: FormatInfo
     assert same_bits(ours, theirs.astype(F32), nan="any")
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_mx_underflowing_quotients_equal_gfloat(mode: str) -> None:
+    """Blocks holding +-3e38 beside tiny elements (``underflowing_quotients``): x / 2^125 underflows float32, and
+    fp4lab rounds the exact quotient as gfloat does on float64 (rtp: +0.5 S above 0, -0 below; rtm mirrored)."""
+    from fp4lab.testing import make_inputs
+
+    x = make_inputs("underflowing_quotients", (8, 64), 5)
+    ours = fp4lab.dequantize(fp4lab.quantize(x, "mxfp4", rounding=mode))
+    bfi = BlockFormatInfo("mx", format_info_ocp_e2m1, 32, format_info_ocp_e8m0)
+    blocks = x.reshape(-1, 32).astype(np.float64)
+    theirs = np.stack([quantize_block(bfi, row, compute_scale_amax, MODES[mode]) for row in blocks])
+    assert same_bits(ours, theirs.reshape(x.shape).astype(F32))
+
+
 # ---- E8M0 ties (D4) ----------------------------------------------------------------------------------------------
 def test_e8m0_tie_rule_differs_from_gfloat() -> None:
     """Disagreement D4: an ideal scale 1.5 * 2^k lies halfway between 2^k and 2^(k+1). fp4lab's 'rtne' picks the

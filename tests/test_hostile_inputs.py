@@ -78,7 +78,7 @@ def test_spec_validate_checks_every_file_and_show_works_on_what_validates(tmp_pa
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text(BASE)
     bad.write_text(BASE + "targets = [nan]\n")
-    assert cli.main(["spec", "validate", str(bad), str(tmp_path / "missing.toml"), str(good)]) == 1
+    assert cli.main(["spec", "validate", str(bad), str(tmp_path / "missing.toml"), str(good)]) == 2
     out, err = capsys.readouterr()
     assert f"ok: {good}" in out and err.count("error:") == 2
     assert cli.main(["show", str(good)]) == 0
@@ -99,7 +99,7 @@ def test_spec_validate_goes_on_after_an_unexpected_failure(tmp_path, capsys, mon
 
     monkeypatch.setattr(registry, "load_format", flaky)
     monkeypatch.setattr("fp4lab.formats.load_format", flaky)
-    assert cli.main(["spec", "validate", str(a), str(b), str(c)]) == 1
+    assert cli.main(["spec", "validate", str(a), str(b), str(c)]) == 2
     out, err = capsys.readouterr()
     assert out.count("ok:") == 2 and "unexpected RuntimeError: boom second line" in err
     assert len(err.strip().splitlines()) == 1
@@ -305,7 +305,10 @@ def test_interrupted_conformance_leaves_the_old_files_and_one_line(tmp_path, fas
     assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1", "int4"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder, nothing half-written
-    (out / ".conformance-dead.tmp").mkdir()  # a SIGKILLed run's staging folder: cleaned by the next run
+    dead = out / ".conformance-dead.tmp"  # a SIGKILLed run's staging folder: cleaned by the next run
+    dead.mkdir()
+    (dead / conformance.STAGING_MARK).write_text("")
+    (dead / "e2m1.npz").write_bytes(b"partial")
     monkeypatch.setattr(conformance, "vectors_for", real)
     assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1"]) == 0
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
@@ -578,3 +581,197 @@ def test_cache_entries_are_keyed_by_every_numba_module():
     if jit.cache_status()[0] is not None:
         d = next(v for v in vars(pack).values() if type(v).__name__ == "CPUDispatcher")
         assert jit.sources_digest() in Path(d._cache._cache_path).parts
+
+
+# ---- tensor files: torch layouts, element counts, npy shapes, odd paths -------------------------------------------
+def _torch_cases():
+    import torch
+
+    return {
+        "stride0": (lambda: torch.zeros(1).expand(1 << 29), "exceed the limit"),  # 1.5 KB file, 2 GiB as float32
+        "sparse": (lambda: torch.eye(4).to_sparse(), "sparse"),
+        "meta": (lambda: torch.empty(4, 4, device="meta"), "meta"),
+        "nested": (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "nested"),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case", ["stride0", "sparse", "meta", "nested"])
+def test_torch_files_count_elements_and_refuse_layouts_without_data(tmp_path, case, capsys):
+    torch = pytest.importorskip("torch")
+    make, needle = _torch_cases()[case]
+    path = tmp_path / f"{case}.pt"
+    torch.save(make(), path)
+    for spec in (str(path), f"{tmp_path / 'd.pt'}::w"):
+        if spec.endswith("::w"):
+            torch.save({"w": make()}, tmp_path / "d.pt")
+        with pytest.raises(InputError) as info:
+            tensors_io.load_tensor(spec)
+        _one_line(str(info.value), str(spec.split("::")[0]), needle)
+    assert cli.main(["compare", "nvfp4", "--dist", str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_npy_headers_with_negative_dimensions_name_the_file(tmp_path, suffix):
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (-4, 4)})
+    blob = buf.getvalue() + b"\0" * 64
+    path = tmp_path / f"neg{suffix}"
+    if suffix == ".npy":
+        path.write_bytes(blob)
+    else:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("w.npy", blob)
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(path)
+    _one_line(str(info.value), str(path), "shape")
+
+
+def test_odd_tensor_paths(tmp_path):
+    """A file named with '::' loads as written (and with a key after it); a link to a device is named as such."""
+    x = np.arange(32, dtype=F32).reshape(2, 16)
+    np.save(tmp_path / "a::b.npy", x)
+    np.savez(tmp_path / "c::d.npz", w=x, v=x)
+    assert np.array_equal(tensors_io.load_tensor(str(tmp_path / "a::b.npy")), x)
+    assert np.array_equal(tensors_io.load_tensor(str(tmp_path / "c::d.npz") + "::w"), x)
+    os.symlink("/dev/zero", tmp_path / "zero.npy")
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(tmp_path / "zero.npy")
+    _one_line(str(info.value), "zero.npy", "not a regular file")
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(str(tmp_path / "missing.npz") + "::w")
+    _one_line(str(info.value), "missing.npz", "no such file")
+
+
+# ---- API inputs without plain data, impl, distributions, duplicate keys, seeds -------------------------------------
+def _no_plain_data_cases():
+    torch = pytest.importorskip("torch")
+    masked = np.ma.masked_array(np.ones((16, 32), F32), mask=np.eye(16, 32, dtype=bool))
+    masked.data[0, 0] = 1e30  # a masked value must not become the block's amax
+    return {"masked": (masked, "masked"), "complex": (np.ones((16, 32), np.complex64), "complex"),
+            "complex-torch": (torch.ones(16, 32, dtype=torch.complex64), "complex"),
+            "meta": (torch.empty(16, 32, device="meta"), "meta"),
+            "sparse": (torch.eye(32).to_sparse(), "sparse"),
+            "nested": (torch.nested.nested_tensor([torch.ones(32), torch.ones(32)]), "nested")}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case", ["masked", "complex", "complex-torch", "meta", "sparse", "nested"])
+def test_inputs_without_plain_data_are_refused(case):
+    x, needle = _no_plain_data_cases()[case]
+    for call, what in ((lambda: fp4lab.quantize(x, "nvfp4"), "quantize"), (lambda: fp4lab.rht(x, 16), "rht")):
+        with pytest.raises(InputError) as info:
+            call()
+        _one_line(str(info.value), what, needle)
+    with pytest.raises(InputError) as info:
+        fp4lab.emulate_mma(x, np.ones((32, 16)), hw="hopper-sm90", kind="wgmma.bf16")
+    _one_line(str(info.value), "emulate_mma", needle)
+
+
+def test_mma_refuses_complex_accumulators_and_unknown_impls():
+    a, b = np.ones((16, 32)), np.ones((32, 16))
+    with pytest.raises(InputError) as info:
+        fp4lab.emulate_mma(a, b, np.zeros((16, 16), complex), hw="hopper-sm90", kind="wgmma.bf16")
+    _one_line(str(info.value), "c", "complex")
+    for call in (lambda: fp4lab.emulate_mma(a, b, hw="hopper-sm90", kind="wgmma.bf16", impl="bogus"),
+                 lambda: fp4lab.emulate_gemm(a, b.T, hw="hopper-sm90", kind="wgmma.bf16", impl="bogus")):
+        with pytest.raises(InputError) as info:
+            call()
+        _one_line(str(info.value), "impl", "'bogus'")
+
+
+def test_from_torch_refuses_meta_tensors():
+    torch = pytest.importorskip("torch")
+    from fp4lab import interop
+
+    data = torch.empty(16, 8, dtype=torch.float4_e2m1fn_x2, device="meta")
+    scale = torch.empty(16, 1, dtype=torch.float8_e4m3fn, device="meta")
+    with pytest.raises(InputError) as info:
+        interop.from_torch(data, scale, "nvfp4", torch.ones(()))
+    _one_line(str(info.value), "from_torch", "meta")
+
+
+@pytest.mark.parametrize("spec", ["outliers:k=nan", "outliers:k=inf", "student-t:nu=nan", "lognormal:sigma=-inf"])
+def test_distribution_parameters_must_be_finite(spec, capsys):
+    from fp4lab.analysis import distributions
+
+    with pytest.raises(InputError) as info:
+        distributions.parse(spec)
+    _one_line(str(info.value), spec, "must be finite")
+    assert cli.main(["compare", "nvfp4", "--dist", spec]) == 2
+
+
+def test_duplicate_json_keys_are_refused(tmp_path):
+    spec = tmp_path / "dup.json"
+    spec.write_text('{"name": "a", "name": "b", "element": "e2m1", "block": 16, "scale": "fp32", '
+                    '"scale_rule": {"method": "amax"}}')
+    with pytest.raises(SpecError) as info:
+        fp4lab.load_format(spec)
+    _one_line(str(info.value), str(spec), "'name' appears twice")
+    entry = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    header = ('{"w": ' + json.dumps(entry) + ', "w": ' + json.dumps({**entry, "data_offsets": [8, 16]}) + "}").encode()
+    st = tmp_path / "dup.safetensors"
+    st.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 16)
+    with pytest.raises(InputError) as info:
+        tensors_io.load_tensor(st)
+    _one_line(str(info.value), str(st), "'w' twice")
+
+
+def test_spec_path_to_a_device_is_named_as_such(tmp_path):
+    link = tmp_path / "zero.toml"
+    os.symlink("/dev/zero", link)
+    for load in (fp4lab.load_format, load_hw):
+        with pytest.raises(SpecError) as info:
+            load(link)
+        _one_line(str(info.value), str(link), "not a regular file")
+
+
+@pytest.mark.parametrize("argv", [["compare", "nvfp4", "--seed", "-1"], ["compare", "nvfp4", "--seed", str(2**64)],
+                                  ["verify", "--seed", "-1"], ["sr-bias", "--data-seed", "x"]])
+def test_seed_options_are_named(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert f"argument {argv[-2]}" in capsys.readouterr().err
+
+
+def test_conformance_deletes_only_what_it_wrote(tmp_path, fast_conformance, capsys):
+    """A user's folder named like a staging folder is content (refused without --overwrite, kept with it); a
+    hand-written index.json listing a user's .npz deletes nothing; a file an earlier run wrote and listed with
+    its SHA-256 is still removed when a later run no longer writes it."""
+    out = tmp_path / "vec"
+    mine = out / ".conformance-mine.tmp"
+    mine.mkdir(parents=True)
+    (mine / "thesis.npz").write_bytes(b"mine")
+    assert cli.main(["conformance", "--out", str(out), "e2m1"]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err and (mine / "thesis.npz").read_bytes() == b"mine"
+    assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1", "int4"]) == 0
+    assert (mine / "thesis.npz").read_bytes() == b"mine"
+    (out / "precious.npz").write_bytes(b"keep me")
+    index = json.loads((out / "index.json").read_text())
+    index["formats"]["precious"] = {"file": "precious.npz", "sha256": "0" * 64}
+    (out / "index.json").write_text(json.dumps(index))
+    assert cli.main(["conformance", "--out", str(out), "--overwrite", "e2m1"]) == 0
+    assert (out / "precious.npz").read_bytes() == b"keep me" and (mine / "thesis.npz").is_file()
+    assert not (out / "int4.npz").exists()  # written by the earlier run, listed with its digest: stale
+
+
+def test_bidirectional_overrides_and_escapes_never_reach_the_terminal(tmp_path, capsys):
+    """Format specs refuse U+202E (and the other bidirectional formatting characters) like control characters;
+    a recipe file's name and description print with such characters escaped, never raw."""
+    spec = tmp_path / "rlo.toml"
+    spec.write_text('name = "t"\ndescription = "ok \u202eevil"\nelement = "e2m1"\nblock = 16\nscale = "fp32"\n'
+                    '[scale_rule]\nmethod = "amax"\n')
+    with pytest.raises(SpecError) as info:
+        fp4lab.load_format(spec)
+    _one_line(str(info.value), str(spec), "bidirectional")
+    recipe = tmp_path / "evil.toml"
+    recipe.write_text('name = "x\\u001b[2Jy"\ndescription = "a \u202e b \\u001b]0;title\\u0007"\nformat = "mxfp4"\n')
+    assert cli.main(["recipes", "show", str(recipe)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    flat = "".join(out.split())
+    assert "x\\x1b[2Jy" in flat and "\\u202e" in flat

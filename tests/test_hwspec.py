@@ -243,7 +243,7 @@ def test_native_is_decided_from_values_not_names(tmp_path, capsys):
                                          'name = "ue5m3", exponent_bits = 5, mantissa_bits = 3 }\n'
                                          '[scale_rule]\nmethod = "amax"\n')
     combo, why = find_native(hwspec.get_hw("blackwell-sm100"), get_format(ue5m3))
-    assert combo is None and "no hardware scale format" in why and "ue8m0/32 scales on tcgen05.mxf4" in why
+    assert combo is None and "ue8m0/32 scales on tcgen05.mxf4" in why  # UE5M3: an operand format no kind takes
     assert find_native(hwspec.get_hw("blackwell-sm100"), get_format("mxfp4"))[0].kind == "tcgen05.mxf4"
     assert cli_main(["hw", "show", "proposal-ufp4", "--json", "--format", exact]) == 0
     assert json.loads(capsys.readouterr().out)["format_cost"]["native"]
@@ -262,3 +262,46 @@ def test_emulate_gemm_with_scales_the_hardware_lacks_explains(tmp_path):
     q = fp4lab.quantize(np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32), f)
     with pytest.raises(fp4lab.errors.Fp4labError, match="takes block scales .*ue8m0/32.*dequantize"):
         fp4lab.emulate_gemm(q, q, hw="blackwell-sm100", kind="tcgen05.mxf4nvf4")
+
+
+def test_one_route_for_hw_show_and_emulate_gemm(capsys):
+    """``native.route`` answers for ``hw show --format`` and ``emulate_gemm`` alike: INT4 / E1M2 grids are exact in
+    Blackwell's wider mxf8f6f4 operands (not native, not a 16-bit fallback); an E2M1-only kind refuses their
+    codes; FP32-scaled formats fall back with ``scale_mode='per_block'``, which ``emulate_gemm`` takes by default
+    and also runs on tf32 kinds; a hwspec may name a UE5M3 scale."""
+    import numpy as np
+
+    import fp4lab
+    from fp4lab.errors import InputError
+    from fp4lab.formats import get_format
+    from fp4lab.hwspec.native import route
+    from fp4lab.hwspec.schema import ScaleOption
+
+    bw = hwspec.get_hw("blackwell-sm100")
+    for name, el in (("int4-b32-e8m0", ("e3m2", "e2m3")), ("ufp4-e8m0", ("e2m3",))):
+        r = route(bw, get_format(name))
+        assert (r.how, r.kind) == ("exact", "tcgen05.mxf8f6f4") and r.element in el, r
+        assert cli_main(["hw", "show", "blackwell-sm100", "--json", "--format", name]) == 0
+        cost = json.loads(capsys.readouterr().out)["format_cost"]
+        assert cost["route"] == "exact" and cost["kind"] == r.kind and cost["peak_tflops"]["value"] > 2250
+    assert route(bw, get_format("mxfp4")).how == "native"
+    fb = route(bw, get_format("ufp4"))
+    assert (fb.how, fb.scale_mode) == ("fallback", "per_block") and "per_block" in fb.note
+
+    x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    q = fp4lab.quantize(x, "int4-b32-e8m0")
+    d = fp4lab.emulate_gemm(q, q, hw=bw, kind="tcgen05.mxf8f6f4")
+    deq = fp4lab.dequantize(q).astype(np.float64)
+    assert np.allclose(d, deq @ deq.T, rtol=1e-5, atol=1e-5)
+    for kind in ("tcgen05.mxf4", "tcgen05.mxf4nvf4"):
+        with pytest.raises(InputError, match="not all values of any operand format"):
+            fp4lab.emulate_gemm(q, q, hw=bw, kind=kind)
+    u = fp4lab.quantize(x, "ufp4")
+    with pytest.raises(InputError):
+        fp4lab.emulate_gemm(u, u, hw=bw, kind=fb.kind, scale_mode="fold")
+    deq = fp4lab.dequantize(u).astype(np.float64)
+    for kind in (fb.kind, "tcgen05.tf32"):
+        d = fp4lab.emulate_gemm(u, u, hw=bw, kind=kind)  # default: per_block for FP32 scales
+        assert np.allclose(d, deq @ deq.T, rtol=1e-2, atol=1e-2)
+    block = {"value": 16, "provenance": "assumed", "source": "test"}
+    assert ScaleOption.model_validate({"format": "ue5m3", "block": block}).format == "ue5m3"

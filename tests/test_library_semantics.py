@@ -99,18 +99,21 @@ def test_torchao_per_tensor_amax_is_not_finite_disagreement(special: float) -> N
 # ---- L3: two-level dequantize order ------------------------------------------------------------------------------
 def test_dequantize_order_scale_product_first_equals_torchao_nvfp4tensor() -> None:
     """L3: torchao's ``NVFP4Tensor.dequantize`` computes ``value * (ts * S)``; fp4lab's default is
-    ``(value * S) * ts``. ``scale_rule.dequantize_order = "scale_product_first"`` on 'nvfp4-torchao' reproduces
-    torchao's dequantized tensor bit for bit; with the default the two differ by 1 ulp, only on elements of
-    magnitude 1.5, 3 or 6 (the values with two significant bits, where value * S * ts rounds twice)."""
+    ``(value * S) * ts``. The preset 'nvfp4-torchao' sets ``scale_rule.dequantize_order = "scale_product_first"``,
+    so it reproduces torchao's dequantized tensor bit for bit as it is named; with the default order the two
+    differ by 1 ulp, only on elements of magnitude 1.5, 3 or 6 (the values with two significant bits, where
+    value * S * ts rounds twice)."""
     x = gaussian((32, 256))
     xt = torch.from_numpy(x)
     theirs = NVFP4Tensor.to_nvfp4(xt, per_tensor_scale=per_tensor_amax_to_scale(torch.max(torch.abs(xt))))
     theirs = theirs.dequantize(torch.float32).numpy()
-    fmt = variant("nvfp4-torchao", dequantize_order="scale_product_first")
+    fmt = fp4lab.get_format("nvfp4-torchao")
+    assert fmt.scale_rule.dequantize_order == "scale_product_first"
     q, ours = assert_twin(x, fmt)
     assert same_bits(ours, theirs)
-    default = fp4lab.dequantize(fp4lab.quantize(x, "nvfp4-torchao"))
-    assert np.array_equal(fp4lab.quantize(x, "nvfp4-torchao").codes, q.codes)  # same codes, only the product
+    other = variant("nvfp4-torchao", dequantize_order="value_scale_first")
+    default = fp4lab.dequantize(fp4lab.quantize(x, other))
+    assert np.array_equal(fp4lab.quantize(x, other).codes, q.codes)  # same codes, only the product
     diff = bit_patterns(default) != bit_patterns(theirs)
     assert diff.any()
     mags = np.abs(fmt.element.values[q.codes[diff]])
@@ -300,7 +303,7 @@ def test_select_by_sae_on_every_emulator_backend() -> None:
 # ---- the new fields on the Triton kernels ------------------------------------------------------------------------
 FIELD_VARIANTS = [("nvfp4-4over6", {"select_by": "sae"}),
                   ("nvfp4-4over6", {"select_by": "sae", "dequantize_order": "scale_product_first"}),
-                  ("nvfp4-torchao", {"dequantize_order": "scale_product_first"}),
+                  ("nvfp4-torchao", {"dequantize_order": "value_scale_first"}),
                   ("ufp4-e8m0", {"scale_overflow": "nan"})]
 
 

@@ -24,7 +24,13 @@ else:
     pytest.importorskip("mmasim")
 
 from fp4lab.hwspec import get_hw
-from fp4lab.hwspec.mmasim_oracle import ARCH, mmasim_op, oracle_cases, run_dots, run_gemm
+from fp4lab.hwspec.mmasim_oracle import (
+    ARCH,
+    mmasim_op,
+    oracle_cases,
+    run_dots,
+    run_gemm,
+)
 from fp4lab.hwspec.oracle_inputs import gemm_inputs, probe_dots
 from fp4lab.hwspec.schema import Num
 
@@ -339,3 +345,40 @@ def test_legacy_fp8_mma_sync_rules_differ_between_sm100_and_sm120():
     m100, _ = run_gemm(case, inp["a"], inp["b"], inp["c"], kind=k100)
     assert np.array_equal(m120, ref)
     assert 0.02 < np.mean(m100 != ref) < 0.5
+
+
+def _kernel_kinds() -> list[tuple[str, str]]:
+    from fp4lab.hwspec.mma_plan import GPU_ALGORITHMS
+
+    return sorted(key for key in BY_KIND if get_hw(key[0]).kind(key[1]).block_scaled
+                  and get_hw(key[0]).kind(key[1]).accumulation.algorithm in GPU_ALGORITHMS)
+
+
+@pytest.mark.parametrize("hw,kind", _kernel_kinds(), ids=[f"{h}:{k}" for h, k in _kernel_kinds()])
+def test_triton_kernels_bit_exact_against_mmasim(hw, kind):
+    """fp4lab's Triton MMA kernels (CPU interpreter) give MMA-Sim's bits on every format pair and scale option of
+    the block-scaled kinds MMA-Sim models: random codes with NaN/Inf, whole-range scale codes, cancelling C, two
+    chained instructions."""
+    import torch
+
+    from fp4lab.hwspec.mma_plan import lower_kind
+    from fp4lab.hwspec.mmasim_oracle import _mmasim_chain, c_array
+    from fp4lab.kernels.mma_emulate_launch import emulated_matmul
+
+    def u8(x):
+        return torch.from_numpy(np.ascontiguousarray(x).astype(np.uint8))
+
+    k = get_hw(hw).kind(kind)
+    n = 0
+    for i, case in enumerate(BY_KIND[(hw, kind)]):
+        rng = np.random.default_rng(1000 * i + 11)
+        inp = gemm_inputs(rng, k, case.a, case.b, case.scale, case.block, 8, 8, 2 * int(k.k))
+        with np.errstate(all="ignore"):
+            ref = _mmasim_chain(case, k, None, inp["a"], inp["b"], inp["c"], inp["sa"], inp["sb"], dots=False)
+        plan = lower_kind(hw, kind, case.a, case.b, case.scale)
+        got = emulated_matmul(u8(inp["a"]), u8(inp["sa"]), u8(inp["b"].T), u8(inp["sb"].T), plan,
+                              torch.from_numpy(c_array(inp["c"], k.c_format).astype(np.float32)))
+        bad = got.numpy().view(np.uint32) != ref
+        assert not bad.any(), f"{case.label}: {int(bad.sum())} mismatches with MMA-Sim"
+        n += bad.size
+    assert n >= 64 * len(BY_KIND[(hw, kind)])

@@ -481,7 +481,7 @@ def test_blocking_axis_is_a_transpose(data):
        target=st.sampled_from([6.0, 7.5, 28.0, 448.0, 57344.0]))
 def test_rceil_division_equals_reciprocal_multiply(amax, k, ulps, target):
     """RCEIL scale codes from amax / g and from amax * float32(1/g) agree for g in {6, 7.5, 28, 448, 57344},
-    on random amax and within 64 ulp of g * 2^k (anchors b.3 / b.10-E7)."""
+    on random amax and within 64 ulp of g * 2^k."""
     edge = (np.float64(target) * np.ldexp(1.0, k)).astype(F32)
     edge = edge.view(np.int32) + np.int32(ulps)
     a = np.concatenate([amax, edge.view(F32)])

@@ -36,7 +36,7 @@ from fp4lab.emulator.rht import rht, rht_reference
 from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
 from fp4lab.kernels.verify import make_input, range_edge_input
-from fp4lab.testing import quant_formats, range_edge_inputs, rounding_modes
+from fp4lab.testing import make_inputs, quant_formats, range_edge_inputs, rounding_modes
 from fp4lab.testing.bits import same_bits
 
 F32 = np.float32
@@ -298,3 +298,28 @@ def test_decoded_cap_keeps_the_sign_of_zero():
         for other in (emu, tri):
             assert np.array_equal(np.asarray(other.codes), np.asarray(ref.codes)), mode
             assert np.array_equal(np.asarray(other.scale_codes), np.asarray(ref.scale_codes)), mode
+
+
+# ---- directed rounding of quotients that underflow float32 ------------------------------------------------------
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "int4-b32-e8m0"])
+@pytest.mark.parametrize("mode", ["rtp", "rtm"])
+def test_directed_rounding_of_underflowing_quotients(name, mode):
+    """rtp / rtm round the exact quotient x / S: a non-zero element whose quotient underflows float32 to 0 rounds
+    to the smallest level of its direction (rtp: +smallest for x > 0, -0 for x < 0), as gfloat does; the numpy
+    reference, the numba twin and the Triton kernels (interpreter) give the same bits."""
+    fmt = fp4lab.get_format(name)
+    x = make_inputs("underflowing_quotients", (16, 64), 3)
+    opts = QuantizeOptions(mode, seed=8)
+    ref = rq.quantize_reference(x, fmt, opts)
+    y = rq.dequantize_reference(ref)
+    S = np.repeat(np.asarray(ref.scales, F32).reshape(16, -1), fmt.block_size, axis=1)
+    ts = F32(1.0) if ref.tensor_scale is None else F32(ref.tensor_scale)
+    levels = fmt.element.levels
+    step = levels[levels > 0].min() if mode == "rtp" else -levels[levels > 0].min()
+    tiny = np.abs(x) < 1e-10
+    want = np.where((x > 0) == (mode == "rtp"), step, 0.0) * S * ts
+    assert np.array_equal(y[tiny] != 0, want[tiny] != 0), (name, mode)
+    assert np.all(np.sign(y[tiny]) * np.sign(x[tiny]) >= 0)
+    assert same_bits(quantize_emulated(x, fmt, opts), ref)
+    assert_kernel_equals_reference(x, fmt, mode)
+    assert_fakequant_equals_reference(x, fmt, mode, along_m=False)

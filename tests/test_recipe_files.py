@@ -172,3 +172,22 @@ def test_cli_show_bad_file_is_one_line_error(capsys, tmp_path):
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: sr_bits:")
     code, out, err = run(capsys, "recipes", "show", "ufp")
     assert code == 2 and out == "" and err.count("\n") == 1 and "did you mean 'ufp4'" in err
+
+
+def test_format_file_named_in_a_recipe_resolves_from_the_recipe_folder(tmp_path, monkeypatch):
+    """format = "grid.toml" in recipes/r.toml names recipes/grid.toml from any working directory, and the recipe
+    keeps it as an absolute path (what a study records); registered names and absolute paths stay as written."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "grid.toml").write_text('name = "grid"\nelement = "e1m2"\nblock = 16\nscale = "fp32"\n'
+                                      '[scale_rule]\nmethod = "amax"\n')
+    (folder / "r.toml").write_text('name = "r"\nformat = "grid.toml"\nweight_format = "mxfp4"\n')
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = get_recipe(str(folder / "r.toml"))
+    assert r.format == str((folder / "grid.toml").resolve()) and r.weight_format == "mxfp4"
+    assert Path(r.format_of("x")).is_absolute()
+    assert load_recipe(Path("..") / "recipes" / "r.toml").format == r.format
+    (folder / "abs.toml").write_text(f'name = "a"\nformat = "{folder / "grid.toml"}"\n')
+    assert load_recipe(folder / "abs.toml").format == str(folder / "grid.toml")

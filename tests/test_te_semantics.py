@@ -63,3 +63,33 @@ def test_nvfp4_te_matches_transformer_engine_semantics(row_scales):
     assert np.array_equal(qt.codes, codes.numpy())
     assert np.array_equal(qt.scale_codes, scodes.numpy())
     assert same_bits(np.float32(qt.tensor_scale), np.float32(g_dec.item()))
+
+
+def test_non_finite_and_all_zero_tensors_differ_from_transformer_engine():
+    """docs/numerics.md L7. One Inf or NaN: TE's amax is non-finite, so every block changes (Inf: 2688 / amax = 0,
+    reset to g = 1; NaN: every block scale NaN); fp4lab's tensor amax is over the finite values, so only the block
+    holding the Inf / NaN changes. All-zero tensor: TE's tensor scale is 1 / FLT_MAX, fp4lab's 1.0 (D9); the codes
+    and block scales are equal (zeros)."""
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    clean = fp4lab.quantize(x, "nvfp4-te")
+    for bad in (np.inf, np.nan):
+        y = x.copy()
+        y[0, 0] = bad
+        codes, scodes, g_dec = te_nvfp4(torch.from_numpy(y))
+        qt = fp4lab.quantize(y, "nvfp4-te")
+        keep = np.ones(qt.codes.shape, bool)
+        keep[0, :16] = False  # the block holding the Inf / NaN
+        assert np.array_equal(qt.codes[keep], clean.codes[keep])
+        assert np.array_equal(qt.scale_codes.reshape(-1)[1:], clean.scale_codes.reshape(-1)[1:])
+        assert qt.tensor_scale == clean.tensor_scale
+        if np.isnan(bad):
+            assert torch.isnan(scodes.view(torch.float8_e4m3fn).float()).all() and np.isnan(g_dec.item())
+        else:
+            assert g_dec.item() == 1.0
+            assert np.all(scodes.numpy().reshape(-1)[1:] != qt.scale_codes.reshape(-1)[1:])
+    z = np.zeros((4, 64), np.float32)
+    codes, scodes, g_dec = te_nvfp4(torch.from_numpy(z))
+    qt = fp4lab.quantize(z, "nvfp4-te")
+    assert np.array_equal(qt.codes, codes.numpy()) and np.array_equal(qt.scale_codes, scodes.numpy())
+    assert qt.tensor_scale == 1.0
+    assert np.float32(g_dec.item()) == np.float32(1.0) / np.finfo(np.float32).max

@@ -1,4 +1,5 @@
-"""GPU check of the directed rounding modes (rtp, rtm) and the scale-rule fields select_by, dequantize_order and
+"""GPU check of the directed rounding modes (rtp, rtm; with quotients x / S that underflow float32:
+``fp4lab.testing``'s ``underflowing_quotients``) and the scale-rule fields select_by, dequantize_order and
 scale_overflow on the compiled Triton kernels, written as JSON to $OUT (default ./out).
 
     python benchmarks/device/h200_library_fields_check.py
@@ -30,6 +31,7 @@ from fp4lab.formats import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
 from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
 from fp4lab.kernels.verify import make_input
+from fp4lab.testing import make_inputs
 
 F32 = np.float32
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -56,7 +58,8 @@ def inputs(scale_overflow: bool, rows: int, cols: int) -> dict[str, np.ndarray]:
     gauss[1, :32] = 0.0
     if scale_overflow:
         gauss[3, :32] = F32(3.0e38)
-    return {"gaussian": gauss, "adversarial": make_input("adversarial", rows, cols, seed=1)}
+    return {"gaussian": gauss, "adversarial": make_input("adversarial", rows, cols, seed=1),
+            "underflowing_quotients": make_inputs("underflowing_quotients", (rows, cols), 3)}
 
 
 def check(fmt: QuantFormat, mode: str, x: np.ndarray) -> dict:
@@ -96,7 +99,8 @@ def main() -> None:
              for m in ("rtp", "rtm")]
     cases += [(variant("nvfp4-4over6", select_by="sae"), "rtne"),
               (variant("nvfp4-4over6", select_by="sae", dequantize_order="scale_product_first"), "rtne"),
-              (variant("nvfp4-torchao", dequantize_order="scale_product_first"), "rtne"),
+              (fp4lab.get_format("nvfp4-torchao"), "rtne"),  # the preset: scale_product_first
+              (variant("nvfp4-torchao", dequantize_order="value_scale_first"), "rtne"),
               (variant("ufp4-e8m0", scale_overflow="nan"), "rtne"),
               (variant("ufp4-e8m0", scale_overflow="nan"), "rtp")]
     results, failures = [], 0

@@ -23,7 +23,8 @@ JSON document (``schema = "fp4lab.compare/1"``):
              ``scale_code_histogram`` (``{"code": count}`` for scale formats of at most 8 bits, else null).
 ``verdicts`` per input: ``best_sqnr`` (``{"sqnr_db", "cases": [{"format", "rht"}, ...]}``, every case with the
              highest SQNR) and ``smallest_abs_bias`` (``{"bias_amax", "cases"}``, every case with the smallest
-             ``|bias_amax|``); see :func:`verdicts`.
+             ``|bias_amax|``), over every format; ``by_bits`` (``{"4.25": {"best_sqnr", "smallest_abs_bias"},
+             ...}``): the same verdicts among the formats of equal bits per element; see :func:`verdicts`.
 ``elapsed_s`` wall time of the run in seconds.
 
 Metric definitions: ``fp4lab.analysis.metrics``. Non-finite values are written as null.
@@ -161,19 +162,31 @@ def choose_backend(config: CompareConfig, input_elements: int) -> str:
 VERDICTS = (("best_sqnr", "sqnr_db", lambda v: v), ("smallest_abs_bias", "bias_amax", lambda v: -abs(v)))
 
 
-def verdicts(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _winners(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    for key, metric, score in VERDICTS:
+        vals = [r for r in recs if r[metric] is not None]
+        best = max((score(r[metric]) for r in vals), default=None)
+        winners = [r for r in vals if score(r[metric]) == best]
+        entry[key] = None if not winners else {
+            metric: winners[0][metric], "cases": [{"format": r["format"], "rht": r["rht"]} for r in winners]}
+    return entry
+
+
+def verdicts(results: list[dict[str, Any]], bits: dict[str, float]) -> dict[str, dict[str, Any]]:
     """Per input: every (format, rht) case with the highest ``sqnr_db`` and every one with the smallest
-    ``|bias_amax|`` (exact ties all listed; null values, i.e. NaN or an exact result's infinite SQNR, left out)."""
+    ``|bias_amax|`` (exact ties all listed; null values, i.e. NaN or an exact result's infinite SQNR, left out);
+    and ``by_bits``, the same verdicts among the formats of each storage cost (``bits[format]`` bits per element,
+    keyed by its shortest decimal text, cheapest first): more bits buy accuracy, so a 4.25-bit design is judged
+    against its peers there."""
+    from fp4lab.tables import short
+
     out: dict[str, dict[str, Any]] = {}
     for label in dict.fromkeys(r["input"] for r in results):
         recs = [r for r in results if r["input"] == label]
-        entry: dict[str, Any] = {}
-        for key, metric, score in VERDICTS:
-            vals = [r for r in recs if r[metric] is not None]
-            best = max((score(r[metric]) for r in vals), default=None)
-            winners = [r for r in vals if score(r[metric]) == best]
-            entry[key] = None if not winners else {
-                metric: winners[0][metric], "cases": [{"format": r["format"], "rht": r["rht"]} for r in winners]}
+        entry = _winners(recs)
+        entry["by_bits"] = {short(b): _winners([r for r in recs if bits[r["format"]] == b])
+                            for b in sorted({bits[r["format"]] for r in recs})}
         out[label] = entry
     return out
 
@@ -222,7 +235,7 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
                    "rounding": config.rounding, "backend": backend},
         "formats": {name: format_summary(fmt) for name, fmt in fmts.items()},
         "results": results,
-        "verdicts": verdicts(results),
+        "verdicts": verdicts(results, {name: fmt.bits_per_element for name, fmt in fmts.items()}),
         "elapsed_s": time.perf_counter() - start,
     }
 

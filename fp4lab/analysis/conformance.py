@@ -10,19 +10,20 @@
 * ``<case>__<rounding>__dequantized``   ``fp4lab.dequantize`` output, float32 bits as uint32;
 
 for ``rounding`` in ``ROUNDINGS`` (``sr`` uses ``seed = SR_SEED``; see docs/numerics.md for the random bits), plus
-``index.json`` (formats with their full specs, cases with descriptions, conventions) and ``library_agreement.json``
-/ ``.md`` (``agreement_table``). Each case's input is a named kind of ``fp4lab.testing.inputs`` (``CASES``) built
+``index.json`` (formats with their full specs and their file's SHA-256, cases with descriptions, conventions) and
+``library_agreement.json`` / ``.md`` (``agreement_table``). Each case's input is a named kind of ``fp4lab.testing.inputs`` (``CASES``) built
 from a fixed seed, so the files are reproducible; stored float32 arrays are their ``fp4lab.testing.bits``
 patterns (payload-exact).
 
 The agreement table compares fp4lab's codes and scale codes bit for bit with external libraries *live* where they
 are installed (ml_dtypes casts, torchao ``to_mx`` and ``nvfp4_quantize``), case by case; TransformerEngine and
-microxcaling are not installed here, so their rows restate the documented semantics (``reference/anchors.md``) and
-are marked ``documented``, not measured.
+microxcaling are not installed here, so their rows restate those libraries' semantics as docs/numerics.md ("What
+other libraries do") records them from their source, and are marked ``documented``, not measured.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -146,7 +147,7 @@ LIVE_CHECKS: tuple[tuple[str, str, str, Callable[[], Any], str], ...] = (
     ("mxfp4-ceil", "rtne", "torchao 0.18 to_mx CEIL", lambda: _torchao_mx("CEIL"), "as FLOOR"),
     ("mxfp4-even", "rtne", "torchao 0.18 to_mx EVEN", lambda: _torchao_mx("EVEN"), "as FLOOR"),
     ("mxfp4-rceil", "rtne", "torchao 0.18 to_mx RCEIL", lambda: _torchao_mx("RCEIL"),
-     "as FLOOR; torchao 0.18's eager RCEIL uses float32 log2 (off by one just above 6*2^k, anchors.md b.10-E6)"),
+     "as FLOOR; torchao 0.18's eager RCEIL uses float32 log2 (off by one just above 6*2^k, docs/numerics.md D7)"),
     ("nvfp4-torchao", "rtne", "torchao 0.18 nvfp4_quantize", _torchao_nvfp4,
      "specials differ (NaN/Inf blocks)"),
     ("nvfp4", "rtne", "torchao 0.18 nvfp4_quantize", _torchao_nvfp4,
@@ -158,13 +159,13 @@ DOCUMENTED: tuple[tuple[str, str, str], ...] = (
      "built to follow TE's encode-scale arithmetic and +0 for exact zeros (format spec `matches`); not measured here"),
     ("nvfp4", "TransformerEngine reference_nvfp4.py",
      "same subnormal/zero E4M3 block scales as TE, but TE multiplies by g_enc = 448*6/amax where fp4lab divides by "
-     "the tensor scale: last-bit scale differences are possible (anchors.md b.5); not measured"),
+     "the tensor scale: last-bit scale differences are possible; not measured"),
     ("mxfp4", "microxcaling (round='nearest', its default)",
      "FLOOR via float32 log2 (differs when amax is just below 2^k) and ties away from zero: agrees only with "
-     "rounding='rtna' on blocks away from powers of two (anchors.md b.1, b.7); not measured"),
+     "rounding='rtna' on blocks away from powers of two (docs/numerics.md L5); not measured"),
     ("mxfp4", "microxcaling (round='even')", "RTNE elements; same float32-log2 FLOOR caveat; not measured"),
     ("mxfp4-rceil", "TransformerEngine MXFP8-style RCEIL (cvt.rp.satfinite.ue8m0)",
-     "same rule on finite blocks; TE saturates an Inf amax to 0xFE (anchors.md b.3); not measured"),
+     "same rule on finite blocks; TE saturates an Inf amax to 0xFE; not measured"),
 )
 
 
@@ -214,7 +215,26 @@ def agreement_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 STAGING_PREFIX = ".conformance-"  # staging folders inside the output folder: ``.conformance-XXXX.tmp``
+STAGING_MARK = ".fp4lab-conformance-staging"  # written first into every staging folder: only those are removed
 OWNED = ("index.json", "library_agreement.json", "library_agreement.md")
+
+
+def _is_staging(p: Path) -> bool:
+    """True for a staging folder of a conformance run: a real folder named ``.conformance-*.tmp`` holding the mark
+    and nothing but files a run writes (``*.npz``, ``OWNED``), so that a user's folder of that name is never
+    taken for one."""
+    if not (p.name.startswith(STAGING_PREFIX) and p.name.endswith(".tmp")) or p.is_symlink() or not p.is_dir():
+        return False
+    names = {c.name for c in p.iterdir()}
+    return STAGING_MARK in names and all(n == STAGING_MARK or n in OWNED or n.endswith(".npz") for n in names)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _resolve_formats(formats: tuple[Any, ...]) -> dict[str, Any]:
@@ -240,7 +260,7 @@ def _check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
     if out.exists() and not out.is_dir():
         raise OutputError(f"conformance: {out} exists and is not a folder")
     if out.is_dir() and not overwrite:
-        leftovers = [p for p in out.iterdir() if not p.name.startswith(STAGING_PREFIX)]
+        leftovers = [p for p in out.iterdir() if not _is_staging(p)]
         if leftovers:
             raise OutputError(f"conformance: output folder {out} exists and is not empty; pass --overwrite to "
                               "replace the conformance files in it (other files are kept)")
@@ -249,14 +269,17 @@ def _check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
 
 def _commit(stage: Path, out: Path, files: list[str]) -> None:
     """Move the staged files into ``out``: first the old index goes (a folder without index.json is incomplete),
-    then the outputs an earlier run listed that this run does not write, then the new files, index.json last."""
+    then the outputs an earlier run listed that this run does not write (only a listed ``.npz`` whose SHA-256 is
+    the one that run recorded: a hand-written index deletes nothing), then the new files, index.json last."""
     index = out / "index.json"
     stale = set(OWNED)
     if index.is_file():
         try:
             listed = json.loads(index.read_text(encoding="utf-8")).get("formats", {})
             stale |= {v["file"] for v in listed.values() if isinstance(v, dict) and isinstance(v.get("file"), str)
-                      and Path(v["file"]).name == v["file"] and v["file"].endswith(".npz")}
+                      and Path(v["file"]).name == v["file"] and v["file"].endswith(".npz")
+                      and (out / v["file"]).is_file() and not (out / v["file"]).is_symlink()
+                      and v.get("sha256") == _sha256(out / v["file"])}
         except (ValueError, OSError, AttributeError):
             pass
     index.unlink(missing_ok=True)
@@ -275,13 +298,16 @@ def write_vectors(out_dir: str | Path, formats: tuple[Any, ...] = BUILTIN_NAMES,
     Files go only into ``out_dir``, named after the formats' ``name``s. A folder that exists and holds anything
     is refused (``OutputError``) unless ``overwrite``. Everything is written into a staging folder inside
     ``out_dir`` first and moved into place at the end (``index.json`` last), so an interrupted run leaves the old
-    files; stale staging folders of killed runs are removed."""
+    files; stale staging folders of killed runs are removed (only folders that are certainly staging folders:
+    ``_is_staging``)."""
     out = _check_out_dir(out_dir, overwrite)
     fmts = _resolve_formats(tuple(formats))
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{STAGING_PREFIX}*.tmp"):
-        shutil.rmtree(old, ignore_errors=True)
+        if _is_staging(old):
+            shutil.rmtree(old, ignore_errors=True)
     stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=out))
+    (stage / STAGING_MARK).write_text("a staging folder of fp4lab conformance; safe to delete\n")
     try:
         index: dict[str, Any] = {
             "schema": "fp4lab.conformance/1", "fp4lab_version": fp4lab.__version__, "case_shape": list(CASE_SHAPE),
@@ -296,7 +322,8 @@ def write_vectors(out_dir: str | Path, formats: tuple[Any, ...] = BUILTIN_NAMES,
             arrays, desc = vectors_for(fmt)
             np.savez_compressed(stage / f"{name}.npz", **arrays)
             files.append(f"{name}.npz")
-            index["formats"][name] = {"file": f"{name}.npz", "spec": fmt.model_dump(mode="json")}
+            index["formats"][name] = {"file": f"{name}.npz", "sha256": _sha256(stage / f"{name}.npz"),
+                                      "spec": fmt.model_dump(mode="json")}
             index["cases"] = desc
             if progress is not None:
                 progress(name)

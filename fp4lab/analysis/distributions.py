@@ -17,6 +17,7 @@ name               definition (float64 draw from ``numpy.random.default_rng(seed
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fp4lab.errors import InputError
 
@@ -60,6 +61,8 @@ def parse(spec: str) -> Distribution:
             params[key] = float(value)
         except ValueError:
             raise InputError(f"distribution '{spec}': parameter '{key}' must be a number, got '{value}'") from None
+        if not math.isfinite(params[key]):
+            raise InputError(f"distribution '{spec}': parameter '{key}' must be finite, got '{value}'")
     if name == "student-t" and params["nu"] <= 0:
         raise InputError(f"distribution '{spec}': nu must be > 0")
     if name == "outliers" and (params["every"] < 1 or params["every"] != int(params["every"])):

@@ -5,24 +5,27 @@ or zip member size and ``max_tensor_bytes()``), then only the requested array is
 are refused. ``.pt`` / ``.pth``: zip-format ``torch.save`` files only, declared sizes checked, then
 ``torch.load(weights_only=True, mmap=True)``. ``.safetensors``: the header is parsed and checked here (offsets,
 sizes, dtypes) and only the requested tensor is read. A file holding several tensors needs ``key`` unless it
-holds exactly one; a spec ``path::key`` names a tensor inside a file. Every refusal is a one-line ``InputError``
-naming the file.
+holds exactly one; a spec ``path::key`` names a tensor inside a file (a path that exists as written is never
+split, so ``a::b.npy`` loads). torch tensors must be dense, with data (not sparse, nested or meta), and their
+element count, not their stored bytes (a stride-0 tensor stores one), counts against the limit. Every refusal is a
+one-line ``InputError`` naming the file.
 
 The size limit (bytes of the float32 result, and of what is read) is 1 GiB, or ``FP4LAB_MAX_TENSOR_BYTES``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data, require
+from fp4lab.formats.spec_io import DuplicateKeyError, json_loads_unique
 
 SUFFIXES: tuple[str, ...] = (".npy", ".npz", ".pt", ".pth", ".safetensors")
 DEFAULT_MAX_TENSOR_BYTES = 1 << 30
@@ -79,6 +82,8 @@ def _to_float32(value: Any, where: str) -> np.ndarray:
         if not isinstance(value, torch.Tensor) or not torch.is_floating_point(value):
             raise InputError(f"{where}: expected a floating-point tensor, got "
                              f"{value.dtype if isinstance(value, torch.Tensor) else type(value).__name__}")
+        check_plain_data(value, where)
+        _check_size(value.numel(), value.element_size(), where)  # counts elements, not stored bytes (stride 0)
         t = value.detach().cpu()
         if t.dtype == torch.float32:
             return np.array(t.numpy(), dtype=np.float32, copy=True)  # never a view of a mapped file
@@ -110,6 +115,8 @@ def _npy_header(f: BinaryIO, where: str) -> tuple[tuple[int, ...], bool, np.dtyp
         raise InputError(f"{where}: not a valid .npy array ({' '.join(str(exc).split())[:160]})") from None
     if dtype.hasobject:
         raise InputError(f"{where}: holds Python objects (a pickle); fp4lab never loads those")
+    if not isinstance(shape, tuple) or any(not isinstance(s, int) or s < 0 for s in shape):
+        raise InputError(f"{where}: not a valid .npy array (header declares shape {str(shape)[:80]})")
     if dtype.kind != "f":
         raise InputError(f"{where}: expected a floating-point array, got dtype {dtype}")
     return tuple(int(s) for s in shape), bool(fortran), dtype
@@ -180,7 +187,10 @@ def _safetensors_header(f: BinaryIO, size: int, path: Path) -> tuple[dict[str, d
     if n > min(size - 8, _MAX_SAFETENSORS_HEADER):
         raise InputError(f"{path}: corrupt safetensors file: header declares {n} bytes, the file has {size}")
     try:
-        header = json.loads(f.read(n).decode("utf-8"))
+        header = json_loads_unique(f.read(n).decode("utf-8"))
+    except DuplicateKeyError as exc:
+        raise InputError(f"{path}: corrupt safetensors file: its header names '{str(exc.args[0])[:80]}' twice") \
+            from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InputError(f"{path}: corrupt safetensors file: its header is not JSON") from None
     if not isinstance(header, dict):
@@ -222,7 +232,8 @@ def _load_safetensors(path: Path, key: str | None) -> np.ndarray:
             if e["dtype"] == "BF16":  # exact: bfloat16 bits are the top half of the float32
                 return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
             return np.asarray(raw, dtype=np.float32)
-    from safetensors import safe_open  # fp8 tensors: the checked file through the library (torch dtypes)
+    require("torch", "torch", f"{where}: reading an fp8 safetensors tensor")
+    safe_open = require("safetensors", None, f"{where}: reading an fp8 safetensors tensor").safe_open  # torch dtypes
 
     with safe_open(str(path), framework="pt") as sf:
         return _to_float32(sf.get_tensor(name), where)
@@ -232,7 +243,7 @@ def _load_safetensors(path: Path, key: str | None) -> np.ndarray:
 def _load_torch(path: Path, key: str | None) -> np.ndarray:
     import pickle
 
-    import torch
+    torch = require("torch", "torch", f"{path}: reading a .pt file")
 
     if not zipfile.is_zipfile(path):
         raise InputError(f"{path}: not a zip-format torch file (torch.save since torch 1.6); fp4lab does not "
@@ -247,7 +258,9 @@ def _load_torch(path: Path, key: str | None) -> np.ndarray:
         raise InputError(f"{path}: declares {declared} bytes of content, beyond the limit of {limit} bytes "
                          "(FP4LAB_MAX_TENSOR_BYTES)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with warnings.catch_warnings():  # torch's prototype warnings (nested tensors) are not the user's concern
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError:  # torch's message advises disabling the check: never repeat that
         raise InputError(f"{path}: refused: it holds objects other than tensors, numbers, strings and containers "
                          "(fp4lab loads torch files with weights_only=True and never runs their code)") from None
@@ -267,11 +280,19 @@ def _load_torch(path: Path, key: str | None) -> np.ndarray:
     raise InputError(f"{path}: holds a {type(obj).__name__}; expected a tensor or a dict of tensors")
 
 
+def _split_key(text: str) -> tuple[str, str]:
+    """(path, key) of ``path::key``: at the first ``::`` whose left side exists, so that a file or folder named
+    ``a::b.npz`` works; at the first ``::`` if none does (the error then names that path)."""
+    cuts = [i for i in range(len(text) - 1) if text.startswith("::", i)]
+    at = next((i for i in cuts if os.path.lexists(text[:i])), cuts[0])
+    return text[:at], text[at + 2:]
+
+
 def load_tensor(spec: str | Path, key: str | None = None) -> np.ndarray:
     """float32 array from ``spec`` (``path`` or ``path::key``); see the module docstring for the loaders."""
     text = str(spec)
-    if key is None and "::" in text:
-        text, key = text.split("::", 1)
+    if key is None and "::" in text and not os.path.lexists(text):
+        text, key = _split_key(text)
     path = Path(text)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
@@ -280,6 +301,8 @@ def load_tensor(spec: str | Path, key: str | None = None) -> np.ndarray:
         if path.is_dir():
             raise InputError(f"{path}: is a directory, not a tensor file")
         if not path.is_file():
+            if path.exists():
+                raise InputError(f"{path}: not a regular file (a device, FIFO or socket)")
             raise InputError(f"{path}: no such file")
         if suffix == ".npy":
             if key is not None:

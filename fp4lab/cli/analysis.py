@@ -29,6 +29,17 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def input_seed(text: str) -> int:
+    """An input generator's seed (numpy ``default_rng``): an integer in [0, 2**64)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**64), got '{text[:40]}'")
+    return seed
+
+
 def _fmt(v: Any, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
@@ -71,7 +82,9 @@ def compare_main(args: argparse.Namespace) -> int:
     cfg.seed, cfg.rht_seed, cfg.rounding, cfg.backend = args.seed, args.rht_seed, args.rounding, args.backend
     if args.plot is not None:  # checked before the run, not after it
         from fp4lab.analysis.outputs import check_output_file
+        from fp4lab.errors import require
 
+        require("matplotlib", "plot", "compare --plot")
         check_output_file(args.plot, ".png", args.overwrite, "compare --plot")
     check_json_out(args, "compare")
     ctx, advance = _progress(n_cases(cfg), not args.json and sys.stderr.isatty(), "compare")
@@ -105,6 +118,18 @@ def _case(label: str, rht: int, bits: float) -> str:
 
 def verdict_line(label: str, verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> str:
     """One line per input: the best SQNR and the smallest |bias| (block-amax unit), with their cases."""
+    return f"verdict for {label}: " + _verdict_parts(verdict, names, bits)
+
+
+def equal_bits_lines(verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> list[str]:
+    """One line per storage cost when the formats differ in bits per element: the verdict among equals."""
+    groups = verdict.get("by_bits", {})
+    if len(groups) < 2:
+        return []
+    return [f"  among {b}-bit formats: " + _verdict_parts(v, names, bits) for b, v in groups.items()]
+
+
+def _verdict_parts(verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> str:
     parts = []
     best, small = verdict["best_sqnr"], verdict["smallest_abs_bias"]
     if best is not None:
@@ -113,7 +138,7 @@ def verdict_line(label: str, verdict: dict[str, Any], names: dict[str, str], bit
     if small is not None:
         cases = " = ".join(_case(names[c["format"]], c["rht"], bits[c["format"]]) for c in small["cases"])
         parts.append(f"smallest |bias| {cases}: {100 * small['bias_amax']:+.4f}% of the block amax")
-    return f"verdict for {label}: " + ("; ".join(parts) if parts else "no finite result")
+    return "; ".join(parts) if parts else "no finite result"
 
 
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
@@ -145,6 +170,8 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
                               f"{100 * (rec['clip_rate'] or 0):.2f}", f"{100 * (rec['zero_block_rate'] or 0):.2f}")
         con.print(fit(table, con))
         con.print(Text(verdict_line(label, result["verdicts"][label], names, bits)))
+        for line in equal_bits_lines(result["verdicts"][label], names, bits):
+            con.print(Text(line))
         con.print()
     con.print(Text("bias grid: mean signed error of |x|/s in grid units (negative = shrinkage); bias % amax: mean "
                    "(|Q(x)| - |x|) / block amax in percent, comparable across formats; α = <Q(x),x>/||x||²; "
@@ -320,7 +347,7 @@ def register(subparsers: Any) -> None:
                    help=f"comma-separated RHT sizes, 0 = none (default: {','.join(map(str, DEFAULT_RHT))})")
     p.add_argument("--shape", type=_shape, default=None,
                    help=f"shape of synthetic inputs (default: {'x'.join(map(str, DEFAULT_SHAPE))})")
-    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
     p.add_argument("--rounding", default=None, help="override every format's rounding (rtne, rtna, rtnz, rtz, sr)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
@@ -342,7 +369,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dist", nargs="+", metavar="SPEC", help="input distributions (default: the compare defaults)")
     p.add_argument("--shape", type=_shape, default=(64, 1024), help="per-distribution shape (default 64x1024)")
     p.add_argument("--rht", type=int, default=16, help="RHT size applied to the data (default 16)")
-    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
     add_json_options(p)
     p.set_defaults(func=search_main)
 
@@ -376,6 +403,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shape", type=_shape, default=(256, 2048), help="input shape ROWSxCOLS (default 256x2048)")
     p.add_argument("--rht", type=int, default=None, help="RHT size applied before quantizing (default: none)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
-    p.add_argument("--data-seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--data-seed", type=input_seed, default=0, help="input generator seed (default 0)")
     add_json_options(p)
     p.set_defaults(func=sr_bias_main)

@@ -202,7 +202,7 @@ def cmd_spec_validate(args: argparse.Namespace) -> int:
             print(f"error: {path}: unexpected {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
             continue
         print("\n".join(lines))
-    return 1 if failed else 0
+    return 2 if failed else 0  # bad input, as every other command reports it
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""``fp4lab hw list``, ``fp4lab hw show NAME [--format FMT]`` and ``fp4lab hw verify`` (the one MMA-model check).
+"""``fp4lab hw list``, ``fp4lab hw show NAME [--format FMT]`` and ``fp4lab hw verify`` (the MMA-model checks: the
+published vectors, the tl.dot probe on a GPU, and with ``--device`` the Triton MMA kernels against the CPU model).
 Handlers return the exit code; errors propagate to ``fp4lab.cli.main``."""
 
 from __future__ import annotations
@@ -42,25 +43,17 @@ def kind_row(k: MMAKind) -> dict[str, Any]:
 def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
     """Which kind would run a registry format on this hardware, natively or after dequantization, and its peak."""
     from fp4lab.formats import get_format
-    from fp4lab.hwspec.native import find_native
+    from fp4lab.hwspec.native import route
 
     f = get_format(fmt_name)
     el = f.element.name
     sc = _SCALE_ALIASES.get(f.scale.name, f.scale.name) if f.scale else None
     block = f.block.shape[-1] if f.block else None
-    c, why = find_native(spec, f)  # decided from the grid's values, the scale's values and the block
-    if c is not None:
-        k = spec.kinds[c.kind]
-        return {"format": f.name, "native": True, "kind": k.name, "peak_tflops": _peak(k), "note": c.note}
-    hint = f"; {why}" if why else ""
-    fallback = [k for k in spec.kinds.values() if not k.block_scaled and {"bf16", "f16"} & set(k.a_formats)
-                and k.c_format == "f32" and k.peak_tflops is not None]
-    if not fallback:
-        return {"format": f.name, "native": False, "kind": None, "peak_tflops": None,
-                "note": "no native combination and no 16-bit kind to dequantize to" + hint}
-    k = max(reversed(fallback), key=lambda k: (k.peak_tflops.value, "bf16" in k.a_formats))
-    return {"format": f.name, "native": False, "kind": k.name, "peak_tflops": _peak(k),
-            "note": f"not native ({el}, {sc}, block {block}): dequantize to {k.a_formats[0]} and run {k.name}" + hint}
+    r = route(spec, f)  # decided from the grid's values, the scale's values and the block
+    note = r.note if r.how in ("native", "exact") else f"not native ({el}, {sc}, block {block}): {r.note}"
+    return {"format": f.name, "native": r.how == "native", "route": r.how, "kind": r.kind,
+            "element": r.element, "scale_mode": r.scale_mode,
+            "peak_tflops": None if r.kind is None else _peak(spec.kinds[r.kind]), "note": note}
 
 
 def _peak(k: MMAKind) -> dict[str, Any] | None:
@@ -154,20 +147,78 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
     if cost:
         p = cost["peak_tflops"]
         rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
-        con.print(Text(f"format {cost['format']}: {'native' if cost['native'] else 'not native'}, kind "
-                       f"{cost['kind']}, {rate}. {cost['note']}"))
+        how = {"native": "native", "exact": f"exact as {cost['element']}"}.get(cost["route"], "not native")
+        con.print(Text(f"format {cost['format']}: {how}, kind {cost['kind']}, {rate}. {cost['note']}"))
     return 0
+
+
+def _kernel_runner(device: str) -> Any:
+    """The implementation under test of ``hw verify --device``: ``fp4lab.emulate_gemm`` on torch operands on
+    ``device`` through the Triton kernels; returns the result's float32 bits as numpy."""
+    import torch
+
+    from fp4lab.api import emulate_gemm
+    from fp4lab.hwspec.mma_verify import operands
+
+    dev = "cuda" if device == "cuda" else "cpu"
+
+    def run(case: Any, inp: dict) -> Any:
+        qa, qb = operands(case, inp, wrap=lambda x: torch.from_numpy(x).to(dev))
+        d = emulate_gemm(qa, qb, hw=case.hw, kind=case.kind, c=torch.from_numpy(inp["c"]).to(dev),
+                         scale_format=case.scale, impl="triton")
+        return d.cpu().numpy()
+
+    return run
+
+
+def verify_kernels(device: str, hws: list[str] | None, outputs: float, seed: int) -> list[dict[str, Any]]:
+    """Per (spec, kind): cases, outputs, mismatches and the first mismatch of the Triton MMA kernels against the
+    CPU model on fp4lab.hwspec.mma_verify's inputs (every format pair, scale option and input style)."""
+    from fp4lab.hwspec.mma_verify import check_case, kernel_combos, plan_cases
+
+    combos = kernel_combos(hws)
+    cases = plan_cases(combos, int(outputs) // max(1, 4 * len(combos)), seed=seed)
+    run = _kernel_runner(device)
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for case in cases:
+        r = check_case(case, run)
+        row = rows.setdefault((case.hw, case.kind), {"hw": case.hw, "kind": case.kind, "cases": 0, "outputs": 0,
+                                                     "finite": 0, "mismatches": 0})
+        row["cases"] += 1
+        for f in ("outputs", "finite", "mismatches"):
+            row[f] += r[f]
+        if r["mismatches"] and "first" not in row:
+            row["first"] = {"case": r["case"], **r["first"]}
+    return list(rows.values())
 
 
 def cmd_hw_verify(args: argparse.Namespace) -> int:
     """Published H200 vectors through the hopper-sm90 model (CPU); with a CUDA GPU (``--gpu`` auto/on) also the
-    tl.dot probe. Exit code 1 on any mismatch."""
+    tl.dot probe; with ``--device`` the Triton MMA kernels against the CPU model. Exit code 1 on any mismatch."""
+    import os
+    import sys
+
     from fp4lab.hwspec.vectors import check_published_vectors
 
     check_json_out(args, "hw verify")
+    if args.device == "interpreter":
+        if "fp4lab.kernels.tile" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+            raise Fp4labError("hw verify --device interpreter needs TRITON_INTERPRET=1 before the kernels are "
+                              "imported; set it in the environment")
+        os.environ["TRITON_INTERPRET"] = "1"
     res = check_published_vectors()
     ok = all(r["bit_exact"] == r["rows"] for r in res)
     report: dict[str, Any] = {"published_vectors": res}
+    if args.device is not None:
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise Fp4labError("hw verify --device cuda: no CUDA GPU available (use --device interpreter)")
+        outputs = args.outputs if args.outputs is not None else (2e4 if args.device == "interpreter" else 2e6)
+        kern = verify_kernels(args.device, args.hw or None, outputs, args.seed)
+        report["mma_kernels"] = {"device": args.device, "kinds": kern}
+        ok &= all(r["mismatches"] == 0 for r in kern)
     if args.gpu != "off":
         import importlib.util
 
@@ -193,6 +244,9 @@ def cmd_hw_verify(args: argparse.Namespace) -> int:
             else:
                 print(f"gpu {r['label']:<16} {r['kind']:<18} {r['matches']}/{r['outputs']} bit-exact "
                       f"({r['finite_outputs']} finite)")
+        for r in report.get("mma_kernels", {}).get("kinds", []):
+            print(f"kernels {r['hw']:<16} {r['kind']:<20} {r['outputs'] - r['mismatches']}/{r['outputs']} bit-exact "
+                  f"({r['cases']} cases, {r['finite']} finite)" + (f"; first: {r['first']}" if "first" in r else ""))
         print("ok" if ok else "MISMATCH")
     return 0 if ok else 1
 
@@ -209,9 +263,17 @@ def register(subparsers: Any) -> None:
     q.add_argument("--format", default=None, help="registry format: which kind runs it here and at what peak")
     add_json_options(q, None)
     q.set_defaults(func=cmd_hw_show)
-    q = sub.add_parser("verify", help="check the MMA models: published H200 vectors, and tl.dot on a CUDA GPU")
+    q = sub.add_parser("verify", help="check the MMA models: published H200 vectors, tl.dot on a CUDA GPU, and "
+                       "(--device) the Triton MMA kernels against the CPU model")
     q.add_argument("--gpu", choices=("auto", "on", "off"), default="auto", help="also run the tl.dot probe on CUDA")
     q.add_argument("--n", type=int, default=512, help="GPU probe: M = N (multiple of 64)")
     q.add_argument("--k", type=int, default=128, help="GPU probe: K")
+    q.add_argument("--device", choices=("cuda", "interpreter"), default=None,
+                   help="also check the Triton MMA kernels of every block-scaled kind against the CPU model: cuda, "
+                        "or interpreter (TRITON_INTERPRET=1 on the CPU)")
+    q.add_argument("--hw", nargs="+", default=None, help="--device: spec names or .toml paths (default: all)")
+    q.add_argument("--outputs", type=float, default=None,
+                   help="--device: outputs compared in all (default 2e4 interpreter, 2e6 cuda)")
+    q.add_argument("--seed", type=int, default=0, help="--device: input seed")
     add_json_options(q, None)
     q.set_defaults(func=cmd_hw_verify)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from fp4lab.tables import visible
+
 from .output import add_json_options, check_json_out, emit_json
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     for r in rows:
         fx, fw, fdy = (f or "bf16" for f in r["operand_formats"].values())
         rht = ("all" if len(r["rht"]) == 3 else ",".join(r["rht"])) + f" ({r['rht_size']})" if r["rht"] else "-"
-        table.add_row(r["name"], fx if fx == fw == fdy else f"{fx} / {fw} / {fdy}", rht,
+        table.add_row(visible(r["name"]), visible(fx if fx == fw == fdy else f"{fx} / {fw} / {fdy}"), rht,
                       ",".join(r["sr"]) or "-", str(r["sr_bits"]) if r["sr"] else "-", r["gemm_dtype"])
     Console().print(table)
     return 0
@@ -77,10 +79,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"recipe {rep['name']}", show_header=False)
+    table = Table(title=Text(f"recipe {visible(rep['name'])}"), show_header=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value")
     for key, value in rep.items():
-        table.add_row(key, Text(_cell(value)))
+        table.add_row(key, Text(visible(_cell(value))))
     Console().print(table)
     return 0

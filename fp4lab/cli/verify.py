@@ -8,6 +8,9 @@ import os
 import sys
 import time
 
+from fp4lab.errors import require
+
+from .analysis import input_seed
 from .output import add_json_options, check_json_out, emit_json
 
 
@@ -25,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="cuda (needs a GPU) or interpreter (TRITON_INTERPRET=1 on CPU); default: cuda if available")
     p.add_argument("--ops", nargs="+", choices=("quantize", "fakequant"), default=["quantize", "fakequant"],
                    help="kernels to verify (default both; with both, fakequant gets about a quarter of the elements)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
     p.add_argument("--workers", type=int, default=1, help="processes (cuda only), each with its own context")
     add_json_options(p, "print the summary as JSON only")
     p.set_defaults(func=handler)
@@ -43,6 +46,8 @@ def handler(args: argparse.Namespace) -> int:
                   "set it in the environment", file=sys.stderr)
             return 2
         os.environ["TRITON_INTERPRET"] = "1"
+    for module in ("torch", "triton"):  # before any work (triton after TRITON_INTERPRET is settled)
+        require(module, "gpu", "fp4lab verify")
     from rich.console import Console
     from rich.table import Table
 

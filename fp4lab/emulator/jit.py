@@ -37,7 +37,8 @@ import numba
 _OFF_WORDS = ("0", "off", "false", "no")
 # fp4lab's modules with numba code (njit functions and the helpers they call across modules)
 NUMBA_SOURCES = ("emulator/jit.py", "emulator/nb_tables.py", "emulator/nb_encode.py", "emulator/nb_quantize.py",
-                 "emulator/pack.py", "emulator/philox.py", "emulator/rht.py", "hwspec/mma_kernels.py")
+                 "emulator/pack.py", "emulator/philox.py", "emulator/rht.py", "emulator/threads.py",
+                 "hwspec/mma_kernels.py")
 
 
 def sources_digest() -> str:

@@ -14,10 +14,11 @@ from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_tables import (
     ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_BUMP_S, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SCRIT, F_SMAX,
-    F_TARGETS, OV_NAN, OV_SATURATE, P_BS, P_BUMP, P_BUMP_CODE, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD,
-    P_FABS_MASK, P_FCODE_NEG, P_FCODE_POS, P_FUSED, P_HAS_MAX, P_HAS_MIN, P_KEEP_SIGN, P_M1, P_NAN_CODE, P_NAN_PROP,
-    P_NLEV, P_NTARGETS, P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF, P_RULE, P_SBIAS, P_SBKT_K, P_SBKT_SH, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN,
-    P_RANGE, P_SOFF, P_SOVF, P_SROUND, P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
+    F_TARGETS, OV_NAN, OV_SATURATE, P_BS, P_BUMP, P_BUMP_CODE, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_DIRECTED,
+    P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD, P_FABS_MASK, P_FCODE_NEG, P_FCODE_POS, P_FUSED, P_HAS_MAX,
+    P_HAS_MIN, P_KEEP_SIGN, P_M1, P_NAN_CODE, P_NAN_PROP, P_NLEV, P_NTARGETS, P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF,
+    P_RANGE, P_RULE, P_SBIAS, P_SBKT_K, P_SBKT_SH, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN, P_SOFF, P_SOVF, P_SROUND,
+    P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
 )
 
 NJ = dict(cache=True, error_model="numpy")
@@ -362,8 +363,9 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
     """Scaled elements ``t`` of nb blocks (``ref_quantize.scale_elements``): ``x / S`` or ``x / float32(S*ts)``,
     ``x * float32(1/S)`` or ``x * float32(float32(1/ts)/S)``; a zero scale gives a signed zero (NaN stays);
     reciprocal: a zero x stays x where the reciprocal overflowed to Inf; "encode" arithmetic:
-    ``x * min(float32(1/float32(S*ts)), FLT_MAX)``, no zero-scale case. Tensor scale 1: ``t`` beyond the block's
-    ``decoded_caps`` takes the cap."""
+    ``x * min(float32(1/float32(S*ts)), FLT_MAX)``, no zero-scale case. rtp / rtm (``P_DIRECTED``): a non-zero x
+    whose quotient underflowed to +-0 takes +-2^-149 (``ref_quantize.nonzero_quotients``). Tensor scale 1: ``t``
+    beyond the block's ``decoded_caps`` takes the cap."""
     bs = ip[P_BS]
     if ip[P_ENCODE_ARITH]:
         for bi in range(nb):
@@ -397,6 +399,12 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
                 v = xv[j]
                 if v == v:
                     t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
+    if ip[P_DIRECTED]:  # rtp / rtm: a quotient that underflowed to +-0 is +-2^-149 (ref_quantize.nonzero_quotients)
+        for bi in range(nb):
+            if S[bi] != 0:
+                for j in range(bi * bs, bi * bs + bs):
+                    if t[j] == 0 and xv[j] != 0:
+                        t[j] = u32_to_f32((f32_to_u32(xv[j]) & SIGN_MASK) | np.uint32(1))
     if ip[P_RANGE] and (not two_level or ts == 1):
         for bi in range(nb):
             lo, hi = decoded_caps(S[bi], ip, fp)

@@ -36,6 +36,7 @@ from fp4lab.emulator.nb_encode import (
 )
 from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_ERR, P_FUSED, P_NTARGETS
 from fp4lab.emulator.philox import philox4x32_10, sr_call_and_word, sr_comparand
+from fp4lab.emulator.threads import workers as thread_count
 
 CHUNK = 16384  # elements per work item (blocks are never split)
 NJI = dict(cache=True, error_model="numpy", nogil=True)  # work items: run on a thread pool (``run_items``)
@@ -61,19 +62,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_pool)
 
 
-def _workers() -> int:
-    import numba
-
-    return max(1, int(numba.get_num_threads()))  # NUMBA_NUM_THREADS / numba.set_num_threads, as prange would
-
-
 def run_items(fn: Callable[..., None], n_items: int, args: tuple) -> None:
     """``fn(lo, hi, *args)`` runs work items ``lo..hi-1``; the items ``range(n_items)`` are split into one
     contiguous run per thread of a pool of ``numba.get_num_threads()`` threads (the kernels release the GIL; each
     item writes only its own outputs, so the split does not change a bit). A thread pool instead of a ``prange``
     loop: a parfor compiles the kernel tree twice more (typing pass, gufunc, caller), which tripled the first-run
     compile time."""
-    threads = _workers()
+    threads = thread_count()
     workers = min(threads, n_items)
     if workers <= 1:
         if n_items > 0:

@@ -43,8 +43,8 @@ SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
 (P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OV, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_RULE, P_EVEN_ADD, P_EMAX_ELEM, P_SKIND,
  P_SROUND, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_SDIV, P_ESCALE, P_HAS_MIN, P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP,
  P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH, P_FUSED, P_FCODE_POS,
- P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K, P_BUMP, P_BUMP_CODE, P_RANGE, P_ERR, P_SOVF) = range(41)
-N_IP = 41
+ P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K, P_BUMP, P_BUMP_CODE, P_RANGE, P_ERR, P_SOVF, P_DIRECTED) = range(42)
+N_IP = 42
 ERR_ABS, ERR_SCALE_PRODUCT = 1, 2  # P_ERR bits: select_by "sae"; dequantize_order "scale_product_first"
 SBKT_MAX = 4096  # most buckets of the scale search index
 FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loops
@@ -88,7 +88,8 @@ def _fused_tables(ep: ElementPlan, sp: ScalePlan, block_size: int, ip: np.ndarra
     enc = int(ip[P_ENC])
     n = ethr.size
     width = next((w for w in FUSED_WIDTHS if n <= w), 0)
-    if ep.stochastic or ep.overflow != Overflow.SATURATE or enc not in (ENC_SYM, ENC_LINEAR) or width == 0 \
+    if ep.stochastic or ep.mode in ("rtp", "rtm") or ep.overflow != Overflow.SATURATE \
+            or enc not in (ENC_SYM, ENC_LINEAR) or width == 0 \
             or block_size % 16 or sp.choice == ScaleChoice.NONE:
         return np.zeros(1, F32), np.zeros((2, 1), np.int32)
     m1 = int(ip[P_M1])
@@ -205,6 +206,7 @@ def _tables_for(fmt: QuantFormat, mode: str) -> Tables:
     if n_tg:
         fp[F_TARGETS:F_TARGETS + 2 * n_tg:2] = sp.targets
         fp[F_TARGETS + 1:F_TARGETS + 2 * n_tg:2] = sp.inv_targets
+    ip[P_DIRECTED] = int(mode in ("rtp", "rtm"))  # ref_quantize.nonzero_quotients
     fthr, fdelta = _fused_tables(ep, sp, fmt.block_size, ip, ethr, ecodes)
     for a in (ip, fp, ethr, ecodes, evals, sthr, scodes, sdec, fthr, fdelta, sbkt):
         a.setflags(write=False)

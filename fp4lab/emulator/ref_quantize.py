@@ -14,7 +14,8 @@ Pipeline for one tensor ``x`` (float32 after an RTNE cast from wider types), doc
 4. scaled element ``t`` (``x / S``; ``x * float32(1/S)``; two-level ``x / float32(S*ts)`` or
    ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; "encode" arithmetic:
    ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; with tensor scale 1
-   (single-level formats) ``t`` is clamped to ``range_policy.decoded_caps`` (no code decodes to Inf); ``t`` rounded onto the element grid;
+   (single-level formats) ``t`` is clamped to ``range_policy.decoded_caps`` (no code decodes to Inf); rtp / rtm:
+   a quotient that underflowed to +-0 takes +-2^-149 (``nonzero_quotients``); ``t`` rounded onto the element grid;
 5. several targets (4-over-6): the candidate with the smaller float32 sum of squared (``select_by = "sse"``) or
    absolute (``"sae"``) errors, summed in element order, wins; ties keep the earlier target.
 """
@@ -111,6 +112,18 @@ def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: Qu
     return np.where(zero_scale, np.copysign(F32(0), xb), t).astype(F32)
 
 
+DIRECTED = ("rtp", "rtm")
+TINY = np.uint32(1).view(F32)  # 2^-149, the smallest float32 magnitude
+
+
+def nonzero_quotients(t: np.ndarray, xb: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """``t`` where a non-zero ``x`` of a block with a non-zero scale scaled to +-0 (the quotient underflowed
+    float32) is +-2^-149 with ``x``'s sign. rtp and rtm round the exact quotient: no level lies strictly between 0
+    and 2^-149, so 2^-149 rounds in either direction where the exact (non-zero) quotient does."""
+    under = (t == 0) & (xb != 0) & (S[..., None] != 0)
+    return np.where(under, np.copysign(TINY, xb), t).astype(F32)
+
+
 def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
     """Codes [..., bs], scale codes [...] and decoded scales [...] for blocks ``xb``."""
     rule, sfmt = fmt.scale_rule, fmt.scale
@@ -135,6 +148,8 @@ def _quantize_blocks(xb, rb, fmt: QuantFormat, mode: str, ts, g):
             scodes[has_nan] = special_scale_code(sfmt, "nan")
         S = sfmt.decode(scodes)
         t = scale_elements(xb, S, ts, fmt)
+        if mode in DIRECTED:
+            t = nonzero_quotients(t, xb, S)
         if ts is None or ts == 1:  # elements that would decode to +-Inf take the largest finite level
             lo, hi = (c[..., None] for c in decoded_caps(fmt, S))
             t = np.where(t < lo, lo, np.where(t > hi, hi, t)).astype(F32)  # only t beyond a cap moves; NaN stays

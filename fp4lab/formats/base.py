@@ -10,15 +10,19 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from fp4lab.errors import SpecError
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# C0/C1 controls but tab and newline, line/paragraph separators, and the bidirectional formatting characters
+# (U+061C, U+200E/F, U+202A-E, U+2066-9), which reorder what a terminal shows (U+202E prints text reversed)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def check_text(value: str | None) -> str | None:
-    """``value`` unchanged if it holds no control characters (tab and newline allowed), else a ValueError: spec
-    text is printed to terminals, where escape sequences would act."""
+    """``value`` unchanged if it holds no control or bidirectional-formatting characters (tab and newline allowed),
+    else a ``SpecError``: spec text is printed to terminals, where escape sequences act and U+202E reverses what
+    follows."""
     if value is not None and _CONTROL.search(value):
         bad = _CONTROL.search(value).group()
-        raise SpecError(f"control character {bad!r} not allowed in text fields")
+        raise SpecError(f"control character {bad!r} not allowed in text fields (control and bidirectional "
+                        "formatting characters act on terminals)")
     return value
 
 

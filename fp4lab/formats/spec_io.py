@@ -126,6 +126,8 @@ def read_spec_text(path: str | Path, what: str = "spec") -> str:
         if p.is_dir():
             raise SpecError(f"{p}: is a directory, not a {what} file")
         if not p.is_file():
+            if p.exists():
+                raise SpecError(f"{p}: not a regular file (a device, FIFO or socket); not a {what} file")
             raise SpecError(f"{p}: {what} file not found")
         size = p.stat().st_size
         if size > MAX_SPEC_BYTES:
@@ -142,6 +144,25 @@ def read_spec_text(path: str | Path, what: str = "spec") -> str:
         raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}); is this a {what} file?") from None
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``json_loads_unique``); ``args[0]`` is the key."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def json_loads_unique(text: str | bytes) -> Any:
+    """``json.loads`` that raises ``DuplicateKeyError`` where an object names a key twice (plain ``json`` keeps
+    the last value silently; TOML refuses duplicates itself)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_spec_dict(path: str | Path, what: str = "spec") -> dict[str, Any]:
     """Parse a ``.toml`` or ``.json`` spec file into a dict; raises ``SpecError`` naming the file (``what``: the
     kind of file the messages name, e.g. "hwspec")."""
@@ -149,7 +170,10 @@ def read_spec_dict(path: str | Path, what: str = "spec") -> dict[str, Any]:
     text = read_spec_text(p, what)
     kind = "JSON" if p.suffix.lower() == ".json" else "TOML"
     try:
-        data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
+        data = json_loads_unique(text) if kind == "JSON" else tomllib.loads(text)
+    except DuplicateKeyError as exc:
+        raise SpecError(f"{p}: not valid {kind}: the key '{str(exc.args[0])[:80]}' appears twice in one object") \
+            from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise SpecError(f"{p}: not valid {kind}: {one_line(str(exc))}") from None
     except RecursionError:

@@ -29,7 +29,8 @@ def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16",
 
 def emulate_gemm(qa, qb, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
                  promotion_interval: int | None = None, **kwargs):
-    """A @ B.T (A [M,K], B [N,K]) as a tiled GEMM kernel on ``hw``/``kind`` computes it; see fp4lab.hwspec.mma."""
+    """A @ B.T (A [M,K], B [N,K]) as a tiled GEMM kernel on ``hw``/``kind`` computes it, on the CPU; see
+    fp4lab.hwspec.mma (``fp4lab.emulate_gemm`` also runs CUDA operands on the Triton kernels)."""
     from fp4lab.hwspec.mma import emulate_gemm as _impl
 
     return _impl(qa, qb, hw=hw, kind=kind, block_k=block_k, promotion_interval=promotion_interval, **kwargs)

@@ -27,13 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.errors import InputError
+from fp4lab.emulator.threads import launch as launch_threads
+from fp4lab.errors import InputError, check_plain_data
 from fp4lab.hwspec.operands import operand_format
 from fp4lab.hwspec.registry import get_hw
 from fp4lab.hwspec.schema import MMAKind
 from fp4lab.hwspec import mma_kernels as nb
 from fp4lab.hwspec.mma_operands import values_table, align_exponents, decode_pair, decode_scales, typed_operand
 from fp4lab.hwspec.mma_reference import ModelParams, mma_reference
+from fp4lab.hwspec.native import fallback_scale_mode
 
 _OUT_RANGE = {"f32": (-126, 127), "f16": (-14, 15)}
 
@@ -128,6 +130,8 @@ class Prepared:
         ea, eb = np.ascontiguousarray(self.ea[:, k0:k1]), np.ascontiguousarray(self.eb[k0:k1])
         c = np.ascontiguousarray(c, dtype=np.float64)
         L = min(k1 - k0, p.fused_len)
+        if impl != "reference":
+            launch_threads()  # before numba's parallel kernels start their threading layer
         if p.algorithm == "gst_fdpa":
             g0, g1 = k0 // p.group, k1 // p.group
             sa, sb = self.sa[:, g0:g1], self.sb[g0:g1]
@@ -154,9 +158,18 @@ def _with_L(p: ModelParams, L: int) -> ModelParams:
     return replace(p, fused_len=L)
 
 
+IMPLS = ("numba", "reference")
+
+
+def _check_impl(impl: Any, what: str) -> None:
+    if not isinstance(impl, str) or impl not in IMPLS:
+        raise InputError(f"{what}: impl must be one of {', '.join(map(repr, IMPLS))}, got {str(impl)[:40]!r}")
+
+
 def _check_c(c: Any, kind: MMAKind, M: int, N: int) -> np.ndarray:
     if c is None:
         return np.zeros((M, N))
+    check_plain_data(c, "emulate_mma: c")
     c = np.asarray(c)
     if c.shape != (M, N):
         raise InputError(f"emulate_mma: c has shape {c.shape}, expected {(M, N)}")
@@ -186,6 +199,7 @@ def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16",
 
     a [M,K], b [K,N]: values (float) or codes (integer); c [M,N] in the accumulator format (None = zeros).
     impl="reference" runs the readable pure-Python model instead of the numba kernels (same bits, slow)."""
+    _check_impl(impl, "emulate_mma")
     k = resolve_kind(hw, kind)
     prep = Prepared(k, a, b, scale_a, scale_b, a_format, b_format, scale_format)
     return finish(prep.run(_check_c(c, k, prep.M, prep.N), impl=impl), k)
@@ -203,7 +217,8 @@ def _quantized_parts(q: Any, name: str):
 
 
 def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", block_k: int | None = None,
-                 promotion_interval: int | None = None, *, c=None, k_order: Any = None, scale_mode: str = "fold",
+                 promotion_interval: int | None = None, *, c=None, k_order: Any = None,
+                 scale_mode: str | None = None,
                  a_format: Any = None, b_format: Any = None, scale_format: str | None = None,
                  impl: str = "numba") -> np.ndarray:
     """A @ B.T as a tiled GEMM kernel on the given tensor cores computes it; A [M,K], B [N,K], both along K.
@@ -213,7 +228,10 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     instruction. On any other kind, ``scale_mode`` says how the kernel applies block scales: "fold" dequantizes
     the operands (element * block scale, which must be exact in the kind's input format); "per_block" runs each
     block's unscaled dot product through the instructions from C = 0 and adds ``(P_b * Sa_b) * Sb_b`` to an fp32
-    accumulator (three fp32 roundings per block; fp4lab's exact GEMM kernel for fp32-scaled formats). The K loop
+    accumulator (three fp32 roundings per block; fp4lab's exact GEMM kernel for fp32-scaled formats); None (the
+    default) takes "per_block" for FP32 / BF16 scales and "fold" otherwise, as ``fp4lab hw show --format``
+    advises (``native.route``). On a block-scaled kind a value-table format must be exact in one of the kind's
+    operand formats (INT4 on E2M3, not on an E2M1-only kind). The K loop
     is a chain of instructions in ascending K (Triton's tl.dot loop measured on an H200), so ``block_k`` (the
     kernel's BLOCK_K) only has to divide K and be a multiple of the instruction K. ``promotion_interval`` P
     models CUTLASS/DeepSeek FP8 promotion: every P K-elements the chain restarts from 0 and its result is added
@@ -222,6 +240,7 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     applied last, as two fp32 multiplies: D = (acc * ts_a) * ts_b. ``c`` (fp32 [M, N]) is the initial
     accumulator. ``a_format`` / ``b_format`` / ``scale_format`` name the operand formats where the kind takes
     several and the values do not decide (as for emulate_mma)."""
+    _check_impl(impl, "emulate_gemm")
     k = resolve_kind(hw, kind)
     if not hasattr(qa, "codes"):  # typed arrays name their format
         qa, typed = typed_operand(qa)
@@ -239,6 +258,8 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     kinst = min([int(k.k)] + list(k.k_alt))
     if block_k is not None and (block_k <= 0 or K % block_k or block_k % kinst):
         raise InputError(f"emulate_gemm: block_k = {block_k} must divide K = {K} and be a multiple of {kinst}")
+    if scale_mode is None:  # as hw show --format advises (native.fallback_scale_mode)
+        scale_mode = fallback_scale_mode(getattr(qa, "fmt", None))
     if scale_mode not in ("fold", "per_block"):
         raise InputError(f"emulate_gemm: scale_mode {scale_mode!r} unknown; use 'fold' or 'per_block'")
     if k_order is not None:
@@ -256,10 +277,13 @@ def emulate_gemm(qa: Any, qb: Any, hw: Any = "hopper-sm90", kind: str = "wgmma.b
     if k.block_scaled:
         if sa is None or sb is None:
             raise InputError(f"emulate_gemm: block-scaled kind {k.name!r} needs quantized operands with scales")
-        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=ta if ta is not None else a_format,
-                        b_format=tb if tb is not None else b_format, scale_format=scale_format)
+        prep = Prepared(k, xa, xb.T, sa, sb.T, a_format=qa.fmt if ta is not None else a_format,
+                        b_format=qb.fmt if tb is not None else b_format, scale_format=scale_format)
     elif per_block:
-        prep = Prepared(k, ta[xa], np.ascontiguousarray(tb[xb].T), a_format=a_format, b_format=b_format)
+        va, vb = ta[xa], tb[xb]
+        if k.tf32_truncate:  # tf32 kinds read float32 words (the table values are exact there)
+            va, vb = va.astype(np.float32), vb.astype(np.float32)
+        prep = Prepared(k, va, np.ascontiguousarray(vb.T), a_format=a_format, b_format=b_format)
     else:
         va = ta[xa] * np.repeat(sa, K // sa.shape[1], axis=1) if ta is not None else xa
         vb = tb[xb] * np.repeat(sb, K // sb.shape[1], axis=1) if tb is not None else xb

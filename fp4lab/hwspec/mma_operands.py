@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
+from fp4lab.hwspec.native import holding_format
 from fp4lab.hwspec.operands import OPERAND_FORMATS, decode_codes, operand_format
 from fp4lab.hwspec.schema import MMAKind
 
@@ -43,6 +44,7 @@ class Decoded:
 def typed_operand(x: Any) -> tuple[np.ndarray, str | None]:
     """(numpy array, format name or None). A torch tensor or an ml_dtypes / float16 numpy array names its format;
     8-bit torch floats come back as their integer codes (NaN payloads and -0 kept); others as float values."""
+    check_plain_data(x, "emulate_mma")
     if type(x).__module__.startswith("torch"):
         import torch
 
@@ -120,11 +122,25 @@ def _table_emin(table: np.ndarray, fmt: Any) -> int:
     return int(np.frexp(nz.min())[1] - 1) if nz.size else 0
 
 
+def _finite_values(table: np.ndarray) -> tuple[float, ...]:
+    v = np.asarray(table, dtype=np.float64)
+    return tuple(np.unique(v[np.isfinite(v)] + 0.0).tolist())
+
+
 def _from_table(x: np.ndarray, table: np.ndarray, fmt: Any, kind: MMAKind, which: str) -> Decoded:
     if not (kind.block_scaled or kind.accumulation.algorithm == "gst_fdpa"):
         raise InputError(f"emulate_mma: kind {kind.name!r} takes {which} in "
                          f"{kind.a_formats if which == 'a' else kind.b_formats}; value tables need a block-scaled kind")
     emin = _table_emin(table, fmt)
+    if kind.block_scaled and not kind.any_value_table:  # the instruction takes its operand formats only
+        allowed = kind.a_formats if which == "a" else kind.b_formats
+        held = holding_format(_finite_values(table), allowed)
+        if held is None:
+            name = getattr(fmt, "name", None) or "the values table"
+            raise InputError(f"emulate_mma: {which}: {name}'s element values are not all values of any operand "
+                             f"format of kind {kind.name!r} ({', '.join(allowed)}); fp4lab hw show --format says "
+                             "which kind runs it")
+        emin = operand_format(held).emin  # the codes run re-encoded as that format
     if np.issubdtype(x.dtype, np.integer):
         if x.size and (x.min() < 0 or x.max() >= table.size):
             raise InputError(f"emulate_mma: {which} codes must be in [0, {table.size})")

@@ -116,6 +116,7 @@ OPERAND_FORMATS: dict[str, OperandFormat] = {
         # ue4m3: 7 bits in a byte; bit 7 is padding, ignored (masked) as the PTX ISA describes and MMA-Sim does
         # (truncate_e4m3_to_ue4m3: code & 0x7F). So 0xB8 is 1.0 like 0x38, and 0xFF is NaN like 0x7F.
         _f("ue4m3", 4, 3, None, "fn", signed=False, container_bits=8),
+        _f("ue5m3", 5, 3, None, "fn", signed=False),  # the registry's UE5M3 scale: 8 bits, 0xFF NaN
         _f("e8m0", 8, 0, 127, "fn", signed=False, zero_exponent="normal"),
     )
 }

@@ -237,6 +237,9 @@ class MMAKind(_Model):
     b_formats: list[ShortText] = Field(max_length=32)
     c_format: Literal["f32", "f16"]
     tf32_truncate: bool = Field(default=False, description="Inputs are fp32 words whose low 13 bits are dropped.")
+    any_value_table: bool = Field(default=False, description="A programmable element decoder: codes of any value "
+                                  "table run (a proposal's what-if). Otherwise a block-scaled kind takes a value "
+                                  "table only where its values are values of one of the kind's operand formats.")
     ab_same_format: bool = Field(default=False, description="A and B must have the same format (e.g. tcgen05 "
                                  "kind::f16: f16 x f16 or bf16 x bf16, never mixed).")
     scales: list[ScaleOption] = Field(default_factory=list, max_length=32)

@@ -6,7 +6,7 @@
   the grid: ``float4_e2m1fn`` (E2M1), ``int4`` (the two's-complement INT4 grid), ``float8_e4m3fn``, ... ml_dtypes
   keeps a sub-byte value in the low bits of its own byte, so there is no nibble order.
 * ``scale``: the block-scale codes typed ``float8_e8m0fnu`` (E8M0), ``float8_e4m3fn`` (E4M3; UE4M3 is its
-  positive half), ``numpy.float32`` or ``ml_dtypes.bfloat16``; row-major, ``qt.scales``' shape (ml_dtypes has no
+  positive half), ``float8_e5m3fnu`` (UE5M3; ml_dtypes 0.7 and later), ``numpy.float32`` or ``ml_dtypes.bfloat16``; row-major, ``qt.scales``' shape (ml_dtypes has no
   swizzled layout). None without block scales.
 * ``tensor_scale``: ``numpy.float32`` or None.
 
@@ -26,7 +26,7 @@ from fp4lab.quantized import QuantizedTensor
 
 _ELEMENTS = ("float4_e2m1fn", "int4", "uint4", "float6_e2m3fn", "float6_e3m2fn", "float8_e4m3fn", "float8_e5m2",
              "float8_e4m3", "float8_e3m4", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz")
-_SCALES = ("float8_e8m0fnu", "float8_e4m3fn", "float8_e5m2", "float8_e4m3", "float8_e3m4")
+_SCALES = ("float8_e8m0fnu", "float8_e4m3fn", "float8_e5m3fnu", "float8_e5m2", "float8_e4m3", "float8_e3m4")
 _IEEE = {"fp32": "float32", "bf16": "bfloat16"}  # scale kinds whose codes are IEEE bit patterns
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fp4lab.errors import InputError
+from fp4lab.errors import InputError, check_plain_data
 from fp4lab.interop.common import assemble, e2m1_values, match_element, match_scale, require_1d_last_axis
 from fp4lab.interop.packed import from_packed, scale_shape_of, unswizzle
 from fp4lab.quantized import QuantizedTensor
@@ -124,6 +124,8 @@ def from_torch(data: Any, scale: Any, fmt: Any, tensor_scale: Any = None, *, axi
     from fp4lab.formats.registry import get_format
 
     fmt = get_format(fmt)
+    for part in (data, scale, tensor_scale):
+        check_plain_data(part, "from_torch")
     elem, sdt = torch_dtypes(fmt, "from_torch")
     if not isinstance(data, torch.Tensor) or data.dtype != getattr(torch, elem):
         got = data.dtype if isinstance(data, torch.Tensor) else type(data).__name__

@@ -59,7 +59,8 @@ class ElementCx(NamedTuple):
     sign column is t < 0, else the sign bit); ``SR``: stochastic rounding; ``POW2_GAPS``: SR with every level
     gap a normal power of two (the quotient is a product); ``N_THR`` / ``N_LVL``: threshold and level counts,
     ``L_THR`` / ``L_LVL`` their bit lengths; ``FBITS``: rtne / sr by bit arithmetic on an ExMy grid with
-    ``FB_M`` mantissa bits, smallest normal exponent ``FB_EMIN`` and largest magnitude code ``FB_CMAX``."""
+    ``FB_M`` mantissa bits, smallest normal exponent ``FB_EMIN`` and largest magnitude code ``FB_CMAX``;
+    ``DIRECTED``: rtp / rtm, where a quotient that underflowed to +-0 counts as +-2^-149."""
 
     PATH: int
     SIGN_OR: int
@@ -75,6 +76,7 @@ class ElementCx(NamedTuple):
     FB_M: int
     FB_EMIN: int
     FB_CMAX: int
+    DIRECTED: bool = False
 
 
 class ScaleCx(NamedTuple):
@@ -198,7 +200,7 @@ def _element_params(ep: ElementPlan) -> ElementParams:
     inf = ep.inf_codes or (0, 0)
     cx = ElementCx(PATH[ep.encoder], ep.sign_or, OVF[ep.overflow], not ep.keep_sign, ep.stochastic,
                    ep.pow2_gaps and ep.stochastic, *_sized(ep.table_thr), *_sized(ep.levels),
-                   ep.float_bits is not None, *fb)
+                   ep.float_bits is not None, *fb, ep.mode in ("rtp", "rtm"))
     return ElementParams(
         path=PATH[ep.encoder], thr=ep.table_thr, ctab=ep.table_codes, half=ep.half, sign_or=ep.sign_or,
         levels=ep.levels, ctab_signed=ep.codes, values=ep.values, inv_gaps=ep.inv_gaps, pow2_gaps=ep.pow2_gaps,

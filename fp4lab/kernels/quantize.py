@@ -135,6 +135,14 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
 
 
 @triton.jit
+def _nonzero_quotients(t, xb, S, TWO_D: tl.constexpr):
+    """rtp / rtm: t, where a non-zero x of a block with a non-zero scale scaled to +-0 (underflow), +-2^-149 with
+    x's sign (see ref_quantize.nonzero_quotients)."""
+    tiny = f32_of((bits_of(xb) & -2147483648) | 1)
+    return tl.where((t == 0.0) & (xb != 0.0) & _expand(S != 0.0, TWO_D), tiny, t)
+
+
+@triton.jit
 def _near_boundary(te, to, ELEM: tl.constexpr):
     """Scalar: True when some |t| of the tile lies within 2^(emin - 20) (>= 4 ulps of any |t| below
     2^(emin + 1)) of a rounding boundary (odd multiple of half the spacing) of a one-spacing ExMy grid (the
@@ -309,6 +317,9 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
             lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
             te = _cap(te, _expand(lo, TWO_D), _expand(hi, TWO_D))
             to = _cap(to, _expand(lo, TWO_D), _expand(hi, TWO_D))
+    if ELEM.DIRECTED:
+        te = _nonzero_quotients(te, eb, S, TWO_D)
+        to = _nonzero_quotients(to, ob, S, TWO_D)
     ce = _encode(te, reb, etab, ELEM, not LEAN)
     co = _encode(to, rob, etab, ELEM, not LEAN)
     return ce, co

@@ -25,8 +25,8 @@ from pydantic import Field, field_validator, model_validator
 from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.registry import get_format
-from fp4lab.formats.spec_io import builtin_names, load_model, model_to_toml, validate_model
+from fp4lab.formats.registry import get_format, list_formats
+from fp4lab.formats.spec_io import builtin_names, model_to_toml, read_spec_dict, validate_model
 
 FP8_GEMM_DTYPES = ("fp8", "fp8-fast")
 
@@ -83,6 +83,11 @@ class Recipe(SpecModel):
         "the exact dequantized values as E4M3 times a power of two per row, FP8 tensor-core GEMMs with "
         "row-wise scales, accumulation promoted to fp32 by the GEMM kernel ('fp8') or kept in the tensor cores' "
         "accumulator ('fp8-fast'); rows that are not exactly E4M3 times a power of two take the bf16 path.")
+    gemm_numerics: str | None = Field(
+        default=None, min_length=1, description="'<hwspec name or file>:<kind>' of a block-scaled tensor-core kind "
+        "(e.g. 'blackwell-sm100:tcgen05.mxf4nvf4'): the three GEMMs multiply the operands' codes and block scales "
+        "as that kind does, bit for bit (fp4lab.recipes.hw_gemm); none: gemm_dtype GEMMs of the dequantized "
+        "operands.")
     high_precision: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="fnmatch-style patterns of qualified module names (as from "
         "model.named_modules(), e.g. 'lm_head', 'layers.0.*', '*.head') whose linear layers stay in high "
@@ -132,6 +137,15 @@ class Recipe(SpecModel):
                                      f"{'' if f is None else f' (format {f!r})'}: {why}")
         return self
 
+    @model_validator(mode="after")
+    def _kind_takes_operands(self) -> "Recipe":
+        if self.gemm_numerics is not None:
+            from fp4lab.recipes.hw_numerics import resolve_numerics
+
+            resolve_numerics(self.gemm_numerics, {op: self.format_of(op) for op in ("x", "w", "dy")},
+                             self.gemm_dtype)
+        return self
+
     def format_of(self, operand: Operand) -> str | None:
         """Format name used to quantize ``operand`` (None: bf16)."""
         if operand == "w" and self.weight_format:
@@ -147,8 +161,17 @@ BUILTIN_NAMES: tuple[str, ...] = builtin_names("fp4lab.recipes",
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file."""
-    return load_model(Recipe, path)
+    """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file.
+    A format named by a relative spec-file path (not a registered name) is found from the recipe file's folder,
+    wherever the caller runs, and stored as that absolute path."""
+    data = read_spec_dict(path, "recipe")
+    folder = Path(path).resolve().parent
+    for key in ("format", "weight_format", "grad_format"):
+        value = data.get(key)
+        if isinstance(value, str) and value not in list_formats() and not Path(value).is_absolute() \
+                and (Path(value).suffix.lower() in (".toml", ".json") or (folder / value).is_file()):
+            data[key] = str(folder / value)
+    return validate_model(Recipe, data, str(path))
 
 
 def _load_builtins() -> dict[str, Recipe]:

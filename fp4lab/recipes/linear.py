@@ -21,6 +21,7 @@ they are, so the bits equal those of one process over the global batch.
 from __future__ import annotations
 
 import fnmatch
+import math
 import warnings
 from typing import Any
 
@@ -62,6 +63,7 @@ class QuantLinear(torch.nn.Linear):
 
     def _set_stream(self, stream: int, step: int, device: Any) -> None:
         """(Re)make the buffers on ``device`` for ``stream`` at ``step``, and the spec (RHT signs per stream)."""
+        self._stream = stream
         self.register_buffer("sr_state", torch.tensor([streams.signed64(stream), step], dtype=torch.int64,
                                                        device=device), persistent=False)
         self.register_buffer("fp8_counts", torch.zeros((len(GEMMS), 2), dtype=torch.int64, device=device),
@@ -73,12 +75,20 @@ class QuantLinear(torch.nn.Linear):
         self.layer_spec = spec.encode()
         r = runtime(self.layer_spec)
         self._fp8 = r.fp8
-        self._tokens_multiple = _token_multiple(self.recipe, r.formats) if self.recipe.format is not None else (1, "x")
+        self._tokens_multiple = _token_multiple(self.recipe, r.formats) if self.recipe.format is not None else (1, "")
 
     @property
     def stream(self) -> int:
         """The layer's random stream id (64 bits)."""
-        return int(self.sr_state[0]) & ((1 << 64) - 1)
+        return self._stream
+
+    def reset_parameters(self) -> None:
+        """``nn.Linear``'s initialization, and the random stream back to step 0 (after ``to_empty`` of a model built
+        on the meta device, this also writes the stream into the fresh ``sr_state``)."""
+        super().reset_parameters()
+        if "sr_state" in self._buffers and not self.sr_state.is_meta:
+            with torch.no_grad():
+                self.sr_state.copy_(torch.tensor([streams.signed64(self._stream), 0], dtype=torch.int64))
 
     @property
     def rht_seed(self) -> int:
@@ -111,8 +121,8 @@ class QuantLinear(torch.nn.Linear):
         as this layer's GEMMs ``k_gemm`` (blocked along K, the last axis) and ``m_gemm`` (along axis 0) see it at
         ``step`` (default: the current one); None where not asked for; ts: folded tensor scales of two-level
         formats (else None)."""
-        state = self.sr_state if step is None else torch.tensor([int(self.sr_state[0]), step], dtype=torch.int64,
-                                                                device=self.sr_state.device)
+        state = self.sr_state if step is None else torch.tensor([streams.signed64(self._stream), step],
+                                                                dtype=torch.int64, device=self.sr_state.device)
         r = runtime(self.layer_spec)
         with torch.no_grad():
             return r.operands(t, operand, k_gemm, m_gemm, sr_keys(state, advance=False) if r.draws else None)
@@ -143,10 +153,9 @@ class QuantLinear(torch.nn.Linear):
         x2 = x.reshape(-1, self.in_features)
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
         if needs_w and x2.shape[0] % self._tokens_multiple[0]:
-            need, op = self._tokens_multiple
+            need, why = self._tokens_multiple
             raise InputError(f"{self._where()}: {x2.shape[0]} tokens (rows of the flattened input) is not a multiple "
-                             f"of {need}, the block/RHT size along M of the WGRAD operand {op} in recipe "
-                             f"'{self.recipe.name}'")
+                             f"of {need}, {why}")
         dev = x2.device.type
         autocast = dev != "meta" and torch.is_autocast_enabled(dev)  # (no autocast state for meta tensors)
         out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
@@ -253,10 +262,17 @@ def _check_features(recipe: Recipe, k: int, n: int, where: str) -> None:
             if size % need:
                 raise InputError(f"{where}: {what} = {size} is not a multiple of {need} (the block/RHT size of "
                                  f"format '{f}' for operand {op} in recipe '{recipe.name}')")
+    if recipe.gemm_numerics is not None:
+        from fp4lab.recipes.hw_numerics import recipe_numerics, reduction_error
+
+        for gemm, size in (("fprop", k), ("dgrad", n)):
+            why = reduction_error(recipe_numerics(recipe), gemm, size)
+            if why:
+                raise InputError(f"{where}: {why} in recipe '{recipe.name}'")
 
 
 def _token_multiple(recipe: Recipe, formats: dict[str, Any]) -> tuple[int, str]:
-    """(the multiple of M that the WGRAD operands' blocks and RHT need, the operand that needs the most)."""
+    """(the multiple of M that the WGRAD operands' blocks and RHT need, and what needs it, for messages)."""
     need, which = 1, "x"
     for op in ("x", "dy"):
         n = _block_along(formats[op], "m")
@@ -264,7 +280,16 @@ def _token_multiple(recipe: Recipe, formats: dict[str, Any]) -> tuple[int, str]:
             n = max(n, recipe.rht_size)
         if n > need:
             need, which = n, op
-    return need, which
+    why = f"the block/RHT size along M of the WGRAD operand {which} in recipe '{recipe.name}'"
+    if recipe.gemm_numerics is not None:
+        from fp4lab.recipes.hw_numerics import recipe_numerics
+
+        kind = recipe_numerics(recipe)
+        if math.lcm(need, kind.multiple) > need:
+            need = math.lcm(need, kind.multiple)
+            why = (f"as WGRAD reduces over the tokens on gemm_numerics kind {kind.kind!r} (instruction K "
+                   f"{kind.multiple}) in recipe '{recipe.name}'")
+    return need, why
 
 
 def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:

@@ -123,9 +123,17 @@ class LayerRuntime:
         self.forward_keys = bool({"x", "w"} & set(recipe.sr))  # forward operands that round stochastically
         self.backward_keys = bool({"w", "dy"} & set(recipe.sr))
         self.draws = bool(recipe.sr)
+        self.hw = None  # the kind's GEMMs of a recipe with gemm_numerics (fp4lab.recipes.hw_gemm)
+        if recipe.gemm_numerics is not None:
+            from fp4lab.recipes.hw_gemm import HwGemms
+
+            self.hw = HwGemms(self)
 
     def saves_input(self, x_dtype: torch.dtype) -> bool:
-        """Whether backward's WGRAD operand of X is the input itself (no format, and already the GEMM dtype)."""
+        """Whether backward's WGRAD operand of X is the input itself (no format, and already the GEMM dtype; or
+        gemm_numerics, whose backward quantizes X)."""
+        if self.hw is not None:
+            return True
         return self.formats["x"] is None and x_dtype == gemm_torch_dtype(self.recipe.gemm_dtype)
 
     def blocking(self, operand: Operand, gemm: Gemm, keys: Any) -> Blocking:
@@ -181,6 +189,8 @@ class LayerRuntime:
                 out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(Y, X's WGRAD operand, its folded tensor scale, FPROP's FP8 row counts) for x [M, K], weight [N, K];
         outputs not produced are empty tensors (the WGRAD operand also when ``saves_input``)."""
+        if self.hw is not None:
+            return self.hw.forward(x, weight, bias, state, out_dtype)
         keys = sr_keys(state, advance=False) if self.forward_keys else None
         m_gemm = "wgrad" if needs_w and not self.saves_input(x.dtype) else None
         xk, xm, ts_xk, ts_xm = self.operands(x, "x", "fprop", m_gemm, keys)
@@ -200,6 +210,8 @@ class LayerRuntime:
         """(dX, dW, db), None where not needed; ``xm`` is forward's WGRAD operand of X (or the input itself);
         advances the layer's step when its recipe draws random bits; adds DGRAD's and WGRAD's FP8 row counts to
         ``counts`` [3, 2]."""
+        if self.hw is not None:
+            return self.hw.backward(dy, xm, weight, state, need_x, need_w, need_b, x_dtype)
         keys = sr_keys(state, advance=True) if self.backward_keys else None
         if self.draws and keys is None:
             advance(state)

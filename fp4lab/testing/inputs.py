@@ -24,7 +24,8 @@ from, so the inputs of existing verify cases and conformance vectors did not mov
     ("adversarial"), ``range_edge_tiny`` / ``range_edge_huge`` ("edges": tiny for an even seed, huge for an odd
     one; ``range_edge_input``).
 ``extra``
-    ``nan_payloads``: NaNs of several payloads and both signs (no caller draws it yet).
+    ``nan_payloads``: NaNs of several payloads and both signs (no caller draws it yet); ``underflowing_quotients``:
+    tiny elements beside huge ones, so that x / S underflows float32 (the directed roundings' test).
 """
 
 from __future__ import annotations
@@ -342,6 +343,18 @@ def nan_payloads(shape: tuple[int, ...], seed: int, fmt: Any = None) -> np.ndarr
     pats = np.asarray(NAN_PAYLOADS, np.uint32)[rng.integers(0, len(NAN_PAYLOADS), shape)]
     return np.where(where, pats.view(F32), x)
 
+
+@_register("underflowing_quotients", "extra")
+def underflowing_quotients(shape: tuple[int, ...], seed: int, fmt: Any = None) -> np.ndarray:
+    """Blocks whose quotients x / S underflow float32: every 16th element (column 0 of each 16) is +-3e38, the
+    others are tiny, either sign, log-uniform in [2^-149, 2^-60] (S about 2^126, so x / S is below 2^-186): the
+    directed roundings must round the exact quotient, not the zero it underflows to."""
+    rng = np.random.default_rng(seed)
+    mag = np.exp2(rng.uniform(-149, -60, shape)).astype(F32)
+    x = np.where(rng.random(shape) < 0.5, -mag, mag)
+    lead = np.zeros(shape, bool)
+    lead[..., ::16] = True
+    return np.where(lead, np.where(rng.random(shape) < 0.5, F32(-3e38), F32(3e38)), x).astype(F32)
 
 __all__ = ["ELEMENT_KINDS", "INPUT_KINDS", "NAN_PAYLOADS", "SPECIAL_F32", "InputKind", "compose_elements",
            "make_inputs", "range_edge_input"]
