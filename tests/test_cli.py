@@ -168,11 +168,11 @@ def test_float64_beyond_float32_casts_to_inf_without_a_warning():
 
 
 def test_warnings_from_fp4lab_code_fail_the_suite():
+    import tomllib
     import warnings
     from pathlib import Path
 
     import pytest
-    import tomllib
 
     ini = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert "error:::fp4lab" in ini["tool"]["pytest"]["ini_options"]["filterwarnings"]

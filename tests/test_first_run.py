@@ -7,10 +7,10 @@ The first-run time itself is measured by ``benchmarks/first_run.py`` (a subproce
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
-import tomllib
 
 import fp4lab
 from fp4lab import QuantizeOptions

@@ -3,11 +3,11 @@ value tables, threshold tables realise each rounding mode's tie rule, scale form
 
 from __future__ import annotations
 
+import tomllib
 from importlib import resources
 
 import numpy as np
 import pytest
-import tomllib
 
 import fp4lab
 from fp4lab.formats import BUILTIN_NAMES, FloatGrid, IntGrid, QuantFormat, ScaleFormat, TableGrid, model_to_toml

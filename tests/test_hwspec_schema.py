@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import tomllib
 
 import pytest
-import tomllib
 
 from fp4lab.cli import main
 from fp4lab.errors import SpecError

@@ -93,6 +93,7 @@ def test_quick_command_leaves_out_every_heavy_marker():
     """README's quick command deselects exactly the markers that tests/conftest.py assigns to heavy tests, and
     pyproject.toml registers each of them."""
     import tomllib
+
     from conftest import HEAVY, MARKS
 
     quick = [b.strip() for b in blocks("bash") if re.search(r'pytest -m "', b)]

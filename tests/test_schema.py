@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from importlib import resources
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from fp4lab.cli import main
 from fp4lab.errors import SpecError

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tomli_w
-import tomllib
 from pydantic import BaseModel, ValidationError
 
 from fp4lab.errors import SpecError, did_you_mean

@@ -38,12 +38,12 @@ import datetime
 import gc
 import json
 import time
+import tomllib
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import tomllib
 import torch
 
 from fp4lab.errors import Fp4labError, InputError

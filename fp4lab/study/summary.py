@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
-
-import tomllib
 
 from fp4lab.errors import InputError
 from fp4lab.study import pack
