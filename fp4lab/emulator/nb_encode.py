@@ -374,6 +374,8 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
                 R = FLT_MAX
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] * R
+                if ip[P_DIRECTED] and t[j] == 0 and xv[j] != 0 and S[bi] != 0:  # as below
+                    t[j] = u32_to_f32((f32_to_u32(xv[j]) & SIGN_MASK) | np.uint32(1))
             if ip[P_RANGE] and (not two_level or ts == 1):
                 lo, hi = decoded_caps(S[bi], ip, fp)
                 for j in range(bi * bs, bi * bs + bs):
