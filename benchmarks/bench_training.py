@@ -258,8 +258,6 @@ def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: 
         extra = "".join(f" {k} {row[k]}" for k in ("graphs", "graph_breaks", "recompiles", "warmup_s") if k in row)
         print(f"  model {size} batch {batch} {mode} {name:14s} {ms:7.2f} ms/step ({min(loops):.2f}-{max(loops):.2f})"
               f"  {row['tokens_per_s'] / 1e3:8.1f} k tokens/s{extra}", flush=True)
-        del net, model, opt
-        torch.cuda.empty_cache()
     base = rows.get("bf16-nn.Linear", {}).get("ms")
     for name in recipes:
         if base and name in rows:
