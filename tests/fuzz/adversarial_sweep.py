@@ -326,7 +326,7 @@ def family_spec_files(sw: Sweep) -> None:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = cli.main(["spec", "validate", *paths])
-        if rc == 1 and out.getvalue().count("ok:") == 2 and err.getvalue().count("error:") == 1:
+        if rc == 2 and out.getvalue().count("ok:") == 2 and err.getvalue().count("error:") == 1:
             return "clear", "all three checked"
         return "traceback", f"rc {rc}, ok lines {out.getvalue().count('ok:')}"
 
