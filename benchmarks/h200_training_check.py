@@ -35,9 +35,10 @@ import numpy as np
 import torch
 
 import fp4lab
-from fp4lab.emulator.fakequant import fake_quantize_emulated
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+from fp4lab.emulator.quantize import fake_quantize_emulated
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
 from fp4lab.kernels.verify import make_input
+from fp4lab.numerics.options import Blocking
 
 
 def _bits(t: Any) -> np.ndarray:
@@ -49,7 +50,7 @@ def _edge_input(fmt: Any, bits: int, seed: int, rows: int, cols: int) -> np.ndar
     """Blocks led by the grid's largest level (block scale 1 for E8M0 scales); the other elements negative below
     half the finest step u and within 2^-25 u of their draw's v * u, or near a threshold (``tests/test_sr_bits.py``
     builds the same for mxfp4 in the interpreter)."""
-    from fp4lab.emulator.philox import sr_random_bits_reference
+    from fp4lab.numerics.philox import sr_random_bits_reference
 
     g = fmt.element
     top, u = float(g.levels[-1]), float(g.levels[1] - g.levels[0])
@@ -66,8 +67,8 @@ def _edge_input(fmt: Any, bits: int, seed: int, rows: int, cols: int) -> np.ndar
 
 
 def check_sr_encoder_edges(dev: str = "cuda", rows: int = 256, cols: int = 1024) -> dict[str, Any]:
-    from fp4lab.emulator.ref_quantize import quantize_reference
     from fp4lab.kernels.api import quantize_cuda
+    from fp4lab.numerics.ref_quantize import quantize_reference
 
     cases, total, bad = [], 0, 0
     for name in ("mxfp4", "ufp4-e8m0"):

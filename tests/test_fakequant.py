@@ -12,9 +12,11 @@ import pytest
 import torch
 
 import fp4lab
-from fp4lab.emulator.fakequant import bf16_rtne, fake_quantize_emulated, fake_quantize_reference
+from fp4lab.emulator.quantize import fake_quantize_emulated
+from fp4lab.numerics.fakequant import bf16_rtne, fake_quantize_reference
 from fp4lab.errors import InputError
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
+from fp4lab.numerics.options import Blocking
 from fp4lab.kernels.params import block_extents
 from fp4lab.kernels.verify import _bits, make_input
 

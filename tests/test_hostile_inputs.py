@@ -222,7 +222,7 @@ def test_corrupted_torch_quantized_tensor_is_refused_like_numpy():
 def test_valid_quantized_tensors_still_decode_to_the_same_bits(name):
     import torch
 
-    from fp4lab.emulator.ref_quantize import dequantize_reference
+    from fp4lab.numerics.ref_quantize import dequantize_reference
 
     x = conformance._cases(fp4lab.get_format(name))
     for _, v in x.values():
@@ -578,6 +578,10 @@ def test_cache_entries_are_keyed_by_every_numba_module():
     with_numba = {str(p.relative_to(root)) for p in root.rglob("*.py")
                   if "import numba" in p.read_text() or "njit" in p.read_text()}
     assert with_numba == set(jit.NUMBA_SOURCES)
+    for rel in jit.NUMBA_CONSTANT_SOURCES:  # numpy modules whose constants a numba module imports
+        module = "fp4lab." + rel.removesuffix(".py").replace("/", ".")
+        assert rel not in with_numba and any(f"from {module} import" in (root / m).read_text()
+                                             for m in jit.NUMBA_SOURCES), rel
     if jit.cache_status()[0] is not None:
         d = next(v for v in vars(pack).values() if type(v).__name__ == "CPUDispatcher")
         assert jit.sources_digest() in Path(d._cache._cache_path).parts

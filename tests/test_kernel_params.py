@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import fp4lab
-from fp4lab.emulator.ref_encode import encode_elements
+from fp4lab.numerics.ref_encode import encode_elements
 from fp4lab.formats.grids import FloatGrid
 from fp4lab.formats.quant_format import NAMED_GRIDS
-from fp4lab.emulator.fbits import fbits_det, fbits_sr
+from fp4lab.numerics.fbits import fbits_det, fbits_sr
 from fp4lab.kernels.params import element_params
 
 F32 = np.float32

@@ -376,10 +376,10 @@ def test_emulate_gemm_k_order_permutes_within_block_k():
 
 @pytest.mark.parametrize("name", ["ufp4", "e2m1-b16-fp32", "nvfp4", "mxfp4"])
 def test_emulate_gemm_per_block_reproduces_exact_gemm_reference(name):
-    """fp4lab's exact GEMM kernel, per-block path (fp4lab.emulator.gemm_reference defines its bits): each
+    """fp4lab's exact GEMM kernel, per-block path (fp4lab.numerics.gemm_reference defines its bits): each
     block's exact dot product, then acc + (P_b * Sa_b) * Sb_b in fp32, then the tensor scales."""
     import fp4lab
-    from fp4lab.emulator.gemm_reference import gemm_reference
+    from fp4lab.numerics.gemm_reference import gemm_reference
 
     rng = np.random.default_rng(2)
     qa = fp4lab.quantize(rng.standard_normal((8, 256)).astype(np.float32), name)

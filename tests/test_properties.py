@@ -20,8 +20,8 @@ from hypothesis.extra import numpy as hnp
 import fp4lab
 from fp4lab import QuantizeOptions
 from fp4lab.emulator.pack import unpack_nibbles
-from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale
-from fp4lab.emulator.ref_quantize import quantize_reference
+from fp4lab.numerics.ref_encode import decode_elements, encode_elements, encode_scale
+from fp4lab.numerics.ref_quantize import quantize_reference
 from fp4lab.formats import BlockLayout, FloatGrid, QuantFormat, ScaleRule, model_to_toml
 from fp4lab.formats.rules import AMAX_METHODS, OCP_METHODS
 from fp4lab.formats.spec_io import load_model

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fp4lab  # noqa: E402
-from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
+from fp4lab.numerics.fakequant import fake_quantize_reference  # noqa: E402
 from fp4lab.recipes import BUILTIN_RECIPES, QuantLinear, Recipe, get_recipe, quantize_model  # noqa: E402
 from fp4lab.recipes import streams  # noqa: E402
 

@@ -11,17 +11,10 @@ import torch
 
 import fp4lab
 from fp4lab import QuantizeOptions
-from fp4lab.emulator.philox import (
-    philox4x32_reference,
-    sr_bits_for,
-    sr_call_and_word,
-    sr_elements_per_call,
-    sr_random_bits,
-    sr_random_bits_reference,
-    split_seed,
-)
+from fp4lab.emulator.nb_philox import sr_bits_for, sr_call_and_word, sr_random_bits
+from fp4lab.numerics.philox import philox4x32_reference, split_seed, sr_elements_per_call, sr_random_bits_reference
 from fp4lab.emulator.quantize import quantize_emulated
-from fp4lab.emulator.ref_quantize import quantize_reference
+from fp4lab.numerics.ref_quantize import quantize_reference
 from fp4lab.errors import InputError
 from fp4lab.kernels.api import quantize_cuda
 from fp4lab.kernels.quantize_launch import quantize_triton

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 import fp4lab  # noqa: E402
 from fp4lab.analysis import metrics, tensors_io  # noqa: E402
-from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
+from fp4lab.numerics.fakequant import fake_quantize_reference  # noqa: E402
 from fp4lab.errors import InputError, OutputError  # noqa: E402
 from fp4lab.recipes import QuantLinear, recipe_to_toml, get_recipe  # noqa: E402
 from fp4lab.study import data, diagnostics, driver, summary, train as train_mod  # noqa: E402

@@ -49,7 +49,7 @@ import numpy as np
 import fp4lab
 from fp4lab.analysis import distributions, metrics, tensors_io
 from fp4lab.analysis.bias import level_bias
-from fp4lab.emulator.blocks import BlockView
+from fp4lab.numerics.blocks import BlockView
 from fp4lab.formats.registry import get_format
 from fp4lab.errors import InputError
 
@@ -132,9 +132,9 @@ def _quantize_dequantize(x: np.ndarray, fmt: Any, rht: int | None, rht_seed: int
         qt = fp4lab.quantize(x, fmt, rounding=rounding, rht=rht, rht_seed=rht_seed)
         basis = x if rht is None else np.asarray(fp4lab.rht(x, size=rht, seed=rht_seed, axis=qt.axis))
         return qt, basis, np.asarray(fp4lab.dequantize(qt, rotated=True))
-    from fp4lab.emulator.options import QuantizeOptions
-    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
-    from fp4lab.emulator.rht import rht_reference
+    from fp4lab.numerics.options import QuantizeOptions
+    from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
+    from fp4lab.numerics.rht import rht_reference
 
     qt = quantize_reference(x, fmt, QuantizeOptions(rounding=rounding, rht=rht, rht_seed=rht_seed))
     basis = x if rht is None else rht_reference(x, size=rht, seed=rht_seed, axis=qt.axis)

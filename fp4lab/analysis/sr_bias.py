@@ -48,7 +48,7 @@ import numpy as np
 import fp4lab
 from fp4lab.analysis import metrics
 from fp4lab.analysis.distributions import parse, sample
-from fp4lab.emulator.blocks import BlockView
+from fp4lab.numerics.blocks import BlockView
 from fp4lab.formats.registry import get_format
 from fp4lab.errors import InputError
 

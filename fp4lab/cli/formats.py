@@ -174,7 +174,7 @@ def _validate_one(path: str, kind: str) -> list[str]:
         spec = load_hw(path)
         return [f"ok: {path}: hwspec '{spec.name}' ({len(spec.kinds)} kinds)"]
     from fp4lab.formats import load_format
-    from fp4lab.emulator.ref_quantize import smoke_check
+    from fp4lab.numerics.ref_quantize import smoke_check
     from fp4lab.tables import short
 
     fmt = load_format(path)

@@ -148,7 +148,7 @@ def _pow2_code(v, rounding, bias, maxcode, nancode, ovf_nan):
 
 @njit(**NJ)
 def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
-    """float32 ideal scales of the amax rule (``ref_quantize.block_scale_codes`` before the cast)."""
+    """float32 ideal scales of the amax rule (``scale_rule.block_scale_codes`` before the cast)."""
     if ip[P_ENCODE_ARITH]:  # min(amax * float32(g * float32(1/target)), FLT_MAX)
         g = gmul[ti]
         for bi in range(nb):
@@ -265,7 +265,7 @@ def _cap(t, lo, hi):
 @njit(**NJ)
 def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, code, S):
     """Scale codes and decoded float32 scales of nb blocks with finite float32 ``amax`` for target ``ti``:
-    the scale rule (``ref_quantize.block_scale_codes``), then the zero / Inf / NaN block overrides, then
+    the scale rule (``scale_rule.block_scale_codes``), then the zero / Inf / NaN block overrides, then
     ``ScaleFormat.decode``. "encode" arithmetic: ``gmul[ti] = float32(g * float32(1/target))``."""
     rule = ip[P_RULE]
     if rule == RULE_AMAX:

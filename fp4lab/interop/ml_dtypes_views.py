@@ -86,7 +86,7 @@ def ml_dtypes_types(fmt: Any, what: str = "to_ml_dtypes") -> tuple[str, str | No
 
 def to_ml_dtypes(qt: QuantizedTensor) -> MLDtypesCodes:
     """``qt``'s codes as ml_dtypes-typed numpy arrays, bit for bit (see the module docstring)."""
-    from fp4lab.emulator.quantize import check_quantized, tensor_scale_value
+    from fp4lab.numerics.checks import check_quantized, tensor_scale_value
 
     check_quantized(qt, "to_ml_dtypes")
     elem, sdt = ml_dtypes_types(qt.fmt, "to_ml_dtypes")

@@ -8,6 +8,7 @@ import triton
 
 from fp4lab.kernels import gemm as gemm_dev
 from fp4lab.kernels.params import gemm_plan
+from fp4lab.numerics.blocks import BlockView
 
 
 def _fp32_mm(a, b):
@@ -46,7 +47,6 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         raise InputError(f"gemm: K differs: qa is {qa.shape}, qb is {qb.shape}")
     sp = scale_params(fmt)
     if sp.method:
-        from fp4lab.emulator.blocks import BlockView
 
         for q, nm in ((qa, "qa"), (qb, "qb")):
             want = tuple(BlockView.for_format(q.shape, fmt, 1).scale_shape)

@@ -557,7 +557,7 @@ def _draw_at(seed, addr, SRW: tl.constexpr, AS_V: tl.constexpr):
 def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr,
                  SRW: tl.constexpr = 24, FBITS: tl.constexpr = False):
     """SR draws for the even and odd halves at random-bit width SRW (the contract of
-    ``fp4lab.emulator.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
+    ``fp4lab.numerics.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
     i = address): 24-bit comparands (int32), or with FBITS (the element encoder is the bit-arithmetic one) the
     fp32 v that ``encode_fbits_sr`` takes (``_sr_draw``). FAST (rows contiguous, K and k0 multiples of the
     elements per call): one Philox call per 4 (SRW = 24) or 4 * 32 / SRW consecutive elements."""

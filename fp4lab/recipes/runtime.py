@@ -29,7 +29,7 @@ import torch
 
 from fp4lab.errors import InputError
 from fp4lab.formats.registry import get_format
-from fp4lab.kernels.fakequant_launch import Blocking
+from fp4lab.numerics.options import Blocking
 from fp4lab.recipes import fp8_gemm, streams
 from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, recipe_to_toml
 from fp4lab.recipes.operands import fake_quant_operands, gemm_torch_dtype

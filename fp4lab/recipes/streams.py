@@ -1,7 +1,7 @@
 """Random streams of a training run: which Philox key each stochastic rounding and each RHT sign vector uses.
 
 Every quantization of a training step that rounds stochastically draws its bits from its own Philox key
-(``fp4lab.emulator.philox``: key = 64-bit seed, counter = element index), derived from a stable identity:
+(``fp4lab.numerics.philox``: key = 64-bit seed, counter = element index), derived from a stable identity:
 
     stream(layer)         = mix(blake2b-64(qualified name)), or mix(seed) for a layer built without a name
     sr_seed(layer, step, use) = 2^62 | (mix(stream ^ mix(step ^ mix(use))) mod 2^62)

@@ -23,9 +23,9 @@ import numpy as np
 
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.scales import ScaleFormat
+from fp4lab.numerics.scale_rule import FLT_MAX, block_scale_codes
 
 F32 = np.float32
-FLT_MAX = np.finfo(F32).max
 RECIP_TS_FLOOR = np.array(0x00200001, np.uint32).view(F32)  # 2^-128 + 2^-149: float32(1/ts) finite from here up
 
 
@@ -48,8 +48,6 @@ def positive_scales(sfmt: ScaleFormat) -> tuple[np.ndarray, np.ndarray]:
 def _largest_scale(fmt: QuantFormat) -> np.float32:
     """Largest decoded finite scale stored for any input and tensor scale (the rule at amax = FLT_MAX, and the
     largest scale where Inf blocks saturate)."""
-    from fp4lab.emulator.ref_quantize import block_scale_codes
-
     tiny = np.array(1, np.uint32).view(F32)
     top = F32(fmt.scale.max) if fmt.scale_rule.inf_policy == "saturate" else F32(0)
     for target in fmt.targets:
