@@ -303,7 +303,7 @@ def test_decoded_cap_keeps_the_sign_of_zero():
 
 
 # ---- directed rounding of quotients that underflow float32 ------------------------------------------------------
-@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "int4-b32-e8m0"])
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "nvfp4-te", "ufp4", "int4-b32-e8m0"])
 @pytest.mark.parametrize("mode", ["rtp", "rtm"])
 def test_directed_rounding_of_underflowing_quotients(name, mode):
     """rtp / rtm round the exact quotient x / S: a non-zero element whose quotient underflows float32 to 0 rounds

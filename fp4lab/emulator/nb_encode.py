@@ -374,12 +374,7 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
                 R = FLT_MAX
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] * R
-            if ip[P_RANGE] and (not two_level or ts == 1):
-                lo, hi = decoded_caps(S[bi], ip, fp)
-                for j in range(bi * bs, bi * bs + bs):
-                    t[j] = _cap(t[j], lo, hi)
-        return
-    if ip[P_ESCALE]:
+    elif ip[P_ESCALE]:
         for bi in range(nb):
             R = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
             for j in range(bi * bs, bi * bs + bs):
@@ -393,12 +388,13 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
             D = (S[bi] * ts) if two_level else S[bi]
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] / D
-    for bi in range(nb):
-        if S[bi] == 0:
-            for j in range(bi * bs, bi * bs + bs):
-                v = xv[j]
-                if v == v:
-                    t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
+    if not ip[P_ENCODE_ARITH]:
+        for bi in range(nb):
+            if S[bi] == 0:
+                for j in range(bi * bs, bi * bs + bs):
+                    v = xv[j]
+                    if v == v:
+                        t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
     if ip[P_DIRECTED]:  # rtp / rtm: a quotient that underflowed to +-0 is +-2^-149 (ref_quantize.nonzero_quotients)
         for bi in range(nb):
             if S[bi] != 0:

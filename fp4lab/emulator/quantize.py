@@ -43,9 +43,11 @@ def _tensor_scales(x: np.ndarray, fmt: QuantFormat) -> tuple[np.float32 | None, 
 
 
 def _encode_multipliers(fmt: QuantFormat, g: np.float32 | None) -> np.ndarray:
-    """"encode" arithmetic: float32(g * float32(1/target)) per target (g = 1 for single-level formats)."""
+    """"encode" arithmetic: float32(g * float32(1/target)) per target (g = 1 for single-level formats); +Inf where
+    the product overflows, as in ``scale_rule.block_scale_codes``."""
     g32 = F32(1.0 if g is None else g)
-    return np.array([g32 * (F32(1.0) / F32(t)) for t in fmt.targets], F32)
+    with np.errstate(over="ignore"):
+        return np.array([g32 * (F32(1.0) / F32(t)) for t in fmt.targets], F32)
 
 
 def _uses_reference(fmt: QuantFormat) -> bool:
