@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from fp4lab.errors import Fp4labError
+from fp4lab.errors import Fp4labError, SpecError
 from fp4lab.formats.registry import get_format
 
 GEMM_NAMES = ("fprop", "dgrad", "wgrad")
@@ -63,7 +63,7 @@ def split_numerics(text: str) -> tuple[str, str]:
     """("<hw>", "<kind>") of ``"<hw>:<kind>"`` (split at the last colon: a path may hold colons)."""
     hw, sep, kind = text.rpartition(":")
     if not sep or not hw.strip() or not kind.strip():
-        raise ValueError(f"gemm_numerics: expected '<hwspec name or .toml file>:<kind>' (for example "
+        raise SpecError(f"gemm_numerics: expected '<hwspec name or .toml file>:<kind>' (for example "
                          f"'blackwell-sm100:tcgen05.mxf4nvf4'), got {text!r}")
     return hw, kind
 
@@ -110,7 +110,8 @@ def _operand_error(op: str, fmt: Any, role: str, kind: Any, axis: str) -> str | 
 
 def resolve_numerics(text: str, formats: dict[str, Any], gemm_dtype: str) -> Numerics:
     """The ``Numerics`` of ``text`` for operand formats ``formats`` ({"x", "w", "dy"}: format name or None);
-    raises ValueError with one line starting "gemm_numerics:" naming what the hardware does not take."""
+    raises SpecError (a ValueError, so a recipe's validator reports it) with one line starting "gemm_numerics:"
+    naming what the hardware does not take."""
     hw_name, kind_name = split_numerics(text)
     from fp4lab.hwspec.mma import kind_params
     from fp4lab.hwspec.mma_plan import GPU_ALGORITHMS
@@ -120,22 +121,22 @@ def resolve_numerics(text: str, formats: dict[str, Any], gemm_dtype: str) -> Num
         hw = get_hw(hw_name)
         kind = hw.kind(kind_name)
     except Fp4labError as exc:
-        raise ValueError(f"gemm_numerics: {exc}") from None
+        raise SpecError(f"gemm_numerics: {exc}") from None
     if not kind.block_scaled:
         scaled = [n for n, k in hw.kinds.items() if k.block_scaled]
-        raise ValueError(f"gemm_numerics: kind {kind_name!r} of {hw.name!r} has no block scales; the GEMMs multiply "
+        raise SpecError(f"gemm_numerics: kind {kind_name!r} of {hw.name!r} has no block scales; the GEMMs multiply "
                          f"codes and block scales (block-scaled kinds of {hw.name!r}: {', '.join(scaled) or 'none'})")
     params = kind_params(kind)
     if params.algorithm not in GPU_ALGORITHMS:
-        raise ValueError(f"gemm_numerics: kind {kind_name!r} uses {params.algorithm}; the emulation kernels run "
+        raise SpecError(f"gemm_numerics: kind {kind_name!r} uses {params.algorithm}; the emulation kernels run "
                          f"{', '.join(GPU_ALGORITHMS)}")
     if gemm_dtype != "bf16":
-        raise ValueError(f"gemm_numerics: the kind replaces the recipe's GEMMs, so gemm_dtype must stay 'bf16' "
+        raise SpecError(f"gemm_numerics: the kind replaces the recipe's GEMMs, so gemm_dtype must stay 'bf16' "
                          f"(got {gemm_dtype!r})")
     fmts = {}
     for op in ("x", "w", "dy"):
         if formats[op] is None:
-            raise ValueError(f"gemm_numerics: operand {op} has no format; kind {kind_name!r} multiplies block-scaled "
+            raise SpecError(f"gemm_numerics: operand {op} has no format; kind {kind_name!r} multiplies block-scaled "
                              "codes, so every operand needs one")
         fmts[op] = get_format(formats[op])
     gemms: dict[str, GemmTarget] = {}
@@ -144,18 +145,18 @@ def resolve_numerics(text: str, formats: dict[str, Any], gemm_dtype: str) -> Num
         for op, role, axis in ((a, "A", a_axis), (b, "B", b_axis)):
             why = _operand_error(op, fmts[op], role, kind, axis)
             if why:
-                raise ValueError(f"gemm_numerics: {g.upper()}: {why}")
+                raise SpecError(f"gemm_numerics: {g.upper()}: {why}")
         ba, bb = block_along(fmts[a], a_axis), block_along(fmts[b], b_axis)
         common = [s for s in _scale_options(fmts[a], kind, ba) if s in _scale_options(fmts[b], kind, bb)]
         if ba != bb or not common:
-            raise ValueError(f"gemm_numerics: {g.upper()} multiplies {a}'s {fmts[a].scale.name}/{ba} block scales by "
+            raise SpecError(f"gemm_numerics: {g.upper()} multiplies {a}'s {fmts[a].scale.name}/{ba} block scales by "
                              f"{b}'s {fmts[b].scale.name}/{bb}; one instruction of kind {kind_name!r} takes one scale "
                              "format and block")
         gemms[g] = GemmTarget(fmts[a], fmts[b], common[0], ba)
         try:
             _plan(hw, kind_name, gemms[g])
         except Fp4labError as exc:
-            raise ValueError(f"gemm_numerics: {g.upper()}: {exc}") from None
+            raise SpecError(f"gemm_numerics: {g.upper()}: {exc}") from None
     k_multiple = min([int(kind.k)] + [int(k) for k in kind.k_alt])
     return Numerics(hw, kind_name, math.lcm(k_multiple, params.fused_len), gemms)
 
