@@ -16,12 +16,12 @@ import time
 import torch
 
 import fp4lab
-from fp4lab.kernels.fakequant_launch import _PLANS, Blocking, fake_quantize_triton
+from fp4lab.kernels.fakequant_launch import _PLANS, fake_quantize_triton
 from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
 from fp4lab.kernels.unfit_mm_launch import unfit_mm_triton
+from fp4lab.numerics.options import Blocking
 from fp4lab.recipes import QuantLinear, fp8_gemm
 from fp4lab.recipes.fp8_gemm import E4M3Rows
-
 
 RECIPES = ("ufp4", "mxfp4", "mxfp4-fp8")
 

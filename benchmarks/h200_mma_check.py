@@ -100,7 +100,8 @@ def main() -> int:
     path = out_dir / "h200_mma_check.json"
     import numba
 
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "interpreter", "numba_threads": numba.get_num_threads(),
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "interpreter",
+                               "numba_threads": numba.get_num_threads(),
                               "cpu_count": os.cpu_count(), "breadth": None, "volume": [], "errors": []}
     t_start = time.perf_counter()
 

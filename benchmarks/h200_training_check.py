@@ -35,9 +35,10 @@ import numpy as np
 import torch
 
 import fp4lab
-from fp4lab.emulator.fakequant import fake_quantize_emulated
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+from fp4lab.emulator.quantize import fake_quantize_emulated
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
 from fp4lab.kernels.verify import make_input
+from fp4lab.numerics.options import Blocking
 
 
 def _bits(t: Any) -> np.ndarray:
@@ -49,7 +50,7 @@ def _edge_input(fmt: Any, bits: int, seed: int, rows: int, cols: int) -> np.ndar
     """Blocks led by the grid's largest level (block scale 1 for E8M0 scales); the other elements negative below
     half the finest step u and within 2^-25 u of their draw's v * u, or near a threshold (``tests/test_sr_bits.py``
     builds the same for mxfp4 in the interpreter)."""
-    from fp4lab.emulator.philox import sr_random_bits_reference
+    from fp4lab.numerics.philox import sr_random_bits_reference
 
     g = fmt.element
     top, u = float(g.levels[-1]), float(g.levels[1] - g.levels[0])
@@ -66,8 +67,8 @@ def _edge_input(fmt: Any, bits: int, seed: int, rows: int, cols: int) -> np.ndar
 
 
 def check_sr_encoder_edges(dev: str = "cuda", rows: int = 256, cols: int = 1024) -> dict[str, Any]:
-    from fp4lab.emulator.ref_quantize import quantize_reference
     from fp4lab.kernels.api import quantize_cuda
+    from fp4lab.numerics.ref_quantize import quantize_reference
 
     cases, total, bad = [], 0, 0
     for name in ("mxfp4", "ufp4-e8m0"):
@@ -438,7 +439,8 @@ def time_kernels(tiles: bool) -> dict[str, Any]:
                     continue
                 nbytes = x.numel() * 2 * (1 + len(along))
                 key = f"{name}:{mode}:{srw}:{along}:{tile}"
-                res["cases"][key] = {"ms": ms, "TBps": nbytes / ms / 1e9, "vs_copy": nbytes / ms / 1e9 / res["copy_TBps"]}
+                res["cases"][key] = {"ms": ms, "TBps": nbytes / ms / 1e9,
+                                     "vs_copy": nbytes / ms / 1e9 / res["copy_TBps"]}
                 print(f"  {key:40s} {ms * 1e3:7.1f} us  {res['cases'][key]['vs_copy']:.2f} of copy", flush=True)
     # host time per call (no sync): the launch path's cost
     fmt = fp4lab.get_format("ufp4")
@@ -508,7 +510,8 @@ def main() -> None:
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--only-compiled", action="store_true", help="section 7 alone")
     args = ap.parse_args()
-    out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(),
+                           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
     def save() -> None:  # after every section, so a run stopped by its time slot keeps what it checked
         if args.json:

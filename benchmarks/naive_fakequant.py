@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import fp4lab
-from fp4lab.emulator.rht import hadamard_matrix, rht_signs
+from fp4lab.numerics.rht import hadamard_matrix, rht_signs
 
 
 def _rht(t: torch.Tensor, n: int, seed: int) -> torch.Tensor:

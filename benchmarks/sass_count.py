@@ -38,10 +38,11 @@ import fp4lab.kernels.host as host  # noqa: E402
 import fp4lab.kernels.mma_emulate as mma  # noqa: E402
 import fp4lab.kernels.quantize as q  # noqa: E402
 from fp4lab.kernels.dequantize_launch import dequantize_triton  # noqa: E402
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton  # noqa: E402
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton  # noqa: E402
 from fp4lab.kernels.gemm_launch import gemm_triton  # noqa: E402
 from fp4lab.kernels.mma_emulate_launch import emulated_matmul  # noqa: E402
 from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
+from fp4lab.numerics.options import Blocking  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
 host.interpreting.cache_clear()  # read once per process: read it again now

@@ -10,7 +10,6 @@ and torchao tensors.
 
 from fp4lab import interop  # torch, ml_dtypes and torchao load on first use
 from fp4lab.api import dequantize, emulate_gemm, gemm, pack, quantize, rht, unpack
-from fp4lab.emulator.options import QuantizeOptions
 from fp4lab.errors import (
     Fp4labError,
     InputError,
@@ -20,6 +19,7 @@ from fp4lab.errors import (
 )
 from fp4lab.formats import QuantFormat, get_format, list_formats, load_format, register
 from fp4lab.hwspec import emulate_mma, get_hw, list_hw
+from fp4lab.numerics.options import QuantizeOptions
 from fp4lab.quantized import QuantizedTensor
 
 __version__ = "0.1.0"

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.emulator.options import RHT_SIZES, QuantizeOptions, check_int, split_seed_checked
 from fp4lab.errors import InputError, check_plain_data
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format
+from fp4lab.numerics.options import RHT_SIZES, QuantizeOptions, check_int, split_seed_checked
 from fp4lab.quantized import QuantizedTensor
 
 FormatLike = str | Path | QuantFormat
@@ -137,11 +137,8 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
     """
     import dataclasses
 
-    from fp4lab.emulator.quantize import (
-        check_quantized,
-        dequantize_emulated,
-        tensor_scale_value,
-    )
+    from fp4lab.emulator.quantize import dequantize_emulated
+    from fp4lab.numerics.checks import check_quantized, tensor_scale_value
 
     if isinstance(qt, QuantizedTensor):
         qt = unpack(qt)  # codes stored packed (fp4lab.pack, quantize_triton(packed=True)) decode alike
@@ -186,9 +183,9 @@ def rht(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = F
         from fp4lab.kernels.api import rht_cuda
 
         return rht_cuda(x, size=size, seed=seed, axis=axis, inverse=inverse)
-    from fp4lab.emulator.rht import rht as rht_numpy
+    from fp4lab.emulator.nb_rht import rht as rht_numba
 
-    out = rht_numpy(_to_float32_numpy(x, "rht"), size=size, seed=seed, axis=axis, inverse=inverse)
+    out = rht_numba(_to_float32_numpy(x, "rht"), size=size, seed=seed, axis=axis, inverse=inverse)
     if _is_torch(x):
         import torch
 

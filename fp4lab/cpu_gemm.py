@@ -52,7 +52,7 @@ def _host_qt(q: QuantizedTensor) -> QuantizedTensor:
 
 def _checked(qa: Any, qb: Any, mode: Any) -> tuple[QuantizedTensor, QuantizedTensor]:
     """Host copies of two valid operands of one GEMM (the GPU entry point's rules), else a one-line InputError."""
-    from fp4lab.emulator.quantize import check_quantized
+    from fp4lab.numerics.checks import check_quantized
 
     if not isinstance(mode, str) or mode not in ("exact", "fast"):
         raise InputError(f"gemm: mode {mode!r} is unknown; use 'exact' or 'fast'"[:200])

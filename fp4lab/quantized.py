@@ -24,7 +24,7 @@ class QuantizedTensor:
     ``axis``         the blocked axis (non-negative); ``rht``/``rht_seed`` the rotation applied before scaling.
     ``rounding``, ``seed``, ``axis``, ``rht``, ``rht_seed`` are the ``fp4lab.QuantizeOptions`` it was made with
     (rounding resolved, axis non-negative; ``sr_bits`` is not recorded). The record lives above this module in
-    the package graph (``fp4lab.emulator.options``), so there is no ``options`` property here.
+    the package graph (``fp4lab.numerics.options``), so there is no ``options`` property here.
 
     Launch options of ``fp4lab.kernels.quantize_launch.quantize_triton`` (every other quantize leaves these None):
 

@@ -153,7 +153,7 @@ def test_paper_diagnostics_writes_the_tracked_doc_only_when_asked(tmp_path, monk
 def test_float64_beyond_float32_casts_to_inf_without_a_warning():
     import warnings
 
-    from fp4lab.emulator.ref_quantize import quantize_reference
+    from fp4lab.numerics.ref_quantize import quantize_reference
 
     x64 = np.array([1e39, -1e300, 1.0, 3.0] * 8)
     with np.errstate(over="ignore"):

@@ -170,8 +170,8 @@ def test_deepcopy_state_dict_and_weights_only_load_round_trip():
     with torch.serialization.safe_globals(allowed):
         loaded = torch.load(buf, weights_only=True)
     for other in (copy.deepcopy(m), loaded):
-        q = [l for l in other.modules() if isinstance(l, QuantLinear)]
-        assert [l.step for l in q] == [1, 1] and q[0].recipe == get_recipe("nvfp4")
+        q = [m for m in other.modules() if isinstance(m, QuantLinear)]
+        assert [m.step for m in q] == [1, 1] and q[0].recipe == get_recipe("nvfp4")
         assert q[0].stream == m[0].stream
         _assert_same(_steps(m, xs, gs), _steps(other, xs, gs), "copy")
         m[0].step = m[2].step = 1

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import fp4lab
-from fp4lab.emulator.gemm_reference import gemm_reference
 from fp4lab.errors import InputError
 from fp4lab.kernels.params import gemm_plan
+from fp4lab.numerics.gemm_reference import gemm_reference
 from fp4lab.testing.bits import bit_patterns, same_bits
 
 
@@ -132,7 +132,7 @@ def test_gemm_reference_needs_no_triton():
     import sys
 
     code = ("import sys; sys.modules['triton'] = None\n"
-            "from fp4lab.emulator.gemm_reference import gemm_reference\n"
+            "from fp4lab.numerics.gemm_reference import gemm_reference\n"
             "assert 'fp4lab.kernels.gemm' not in sys.modules\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-1500:]

@@ -22,12 +22,15 @@ with warnings.catch_warnings():
     from torchao.prototype.mx_formats.config import ScaleCalculationMode
     from torchao.prototype.mx_formats.kernels import unpack_uint4
     from torchao.prototype.mx_formats.mx_tensor import to_mx
-    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+    from torchao.prototype.mx_formats.nvfp4_tensor import (
+        nvfp4_quantize,
+        per_tensor_amax_to_scale,
+    )
 
 import fp4lab  # noqa: E402
-from fp4lab.emulator.range_policy import range_clamp_scale  # noqa: E402
-from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.formats import QuantFormat  # noqa: E402
+from fp4lab.numerics.range_policy import range_clamp_scale  # noqa: E402
+from fp4lab.numerics.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.testing import block_inputs, float32_arrays  # noqa: E402
 from fp4lab.testing.bits import same_bits  # noqa: E402
 

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 import fp4lab
 from fp4lab import QuantizeOptions
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
-from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.formats import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.testing import block_inputs, float32_arrays, quant_formats, rounding_modes
 from fp4lab.testing.bits import bit_patterns, same_bits
 

@@ -12,11 +12,13 @@ import pytest
 import torch
 
 import fp4lab
-from fp4lab.emulator.fakequant import bf16_rtne, fake_quantize_emulated, fake_quantize_reference
+from fp4lab.emulator.quantize import fake_quantize_emulated
 from fp4lab.errors import InputError
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
 from fp4lab.kernels.params import block_extents
 from fp4lab.kernels.verify import _bits, make_input
+from fp4lab.numerics.fakequant import bf16_rtne, fake_quantize_reference
+from fp4lab.numerics.options import Blocking
 
 ALL = fp4lab.list_formats()
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32

@@ -119,6 +119,6 @@ def test_compare_on_the_emulator_compiles_only_its_kernels_once():
     compiled = _compiled("--backend", "emulator")
     assert "fp4lab.emulator.nb_quantize._quantize_items_fused" in compiled
     assert all(n == 1 for n in compiled.values()), compiled
-    allowed = ("fp4lab.emulator.nb_quantize.", "fp4lab.emulator.nb_encode.", "fp4lab.emulator.rht.",
-               "fp4lab.emulator.philox.")
+    allowed = ("fp4lab.emulator.nb_quantize.", "fp4lab.emulator.nb_encode.", "fp4lab.emulator.nb_rht.",
+               "fp4lab.emulator.nb_philox.")
     assert [k for k in compiled if not k.startswith(allowed)] == []

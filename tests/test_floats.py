@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import fp4lab
-from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.errors import SpecError
 from fp4lab.formats import NAMED_SCALES, FloatGrid, QuantFormat, ScaleFormat
 from fp4lab.formats.floats import FloatFormat
 from fp4lab.hwspec.operands import OPERAND_FORMATS, decode_codes
+from fp4lab.numerics.ref_quantize import quantize_reference
 from fp4lab.testing.bits import same_bits
 
 # ml_dtypes type -> (exponent bits, mantissa bits, bias, signed, zero exponent, specials)

@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 import fp4lab
-from fp4lab.formats import BUILTIN_NAMES, FloatGrid, IntGrid, QuantFormat, ScaleFormat, TableGrid, model_to_toml
+from fp4lab.formats import (
+    BUILTIN_NAMES,
+    FloatGrid,
+    IntGrid,
+    QuantFormat,
+    ScaleFormat,
+    TableGrid,
+    model_to_toml,
+)
 from fp4lab.formats.spec_io import load_model
 from fp4lab.testing.bits import same_bits
 
@@ -171,8 +179,8 @@ def test_json_specs_load(tmp_path):
 def test_amax_overflowing_the_scale_format_saturates(scale):
     """docs/numerics.md "Scale overflow": an ideal scale amax / target above the scale format's largest finite value
     (here 3e38 / 0.5 overflows float32) is stored as that largest value; elements then saturate on the grid."""
-    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
     from fp4lab.formats import ScaleRule, TableGrid
+    from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
 
     fmt = QuantFormat(name="test-overflow", element=TableGrid(bits=2, magnitudes=[0.0, 0.5]), block=4, scale=scale,
                       scale_rule=ScaleRule(method="amax", nan_policy="propagate" if scale != "bf16" else "ignore"))

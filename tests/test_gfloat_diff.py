@@ -18,14 +18,18 @@ from hypothesis import strategies as st
 gfloat = pytest.importorskip("gfloat")
 from gfloat import RoundMode  # noqa: E402
 from gfloat.block import BlockFormatInfo, compute_scale_amax, quantize_block  # noqa: E402
-from gfloat.formats import format_info_ocp_e2m1, format_info_ocp_e4m3, format_info_ocp_e8m0  # noqa: E402
+from gfloat.formats import (  # noqa: E402
+    format_info_ocp_e2m1,
+    format_info_ocp_e4m3,
+    format_info_ocp_e8m0,
+)
 from gfloat.types import Domain, FormatInfo  # noqa: E402
 
 import fp4lab  # noqa: E402
 from fp4lab import QuantizeOptions  # noqa: E402
-from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.formats import THRESHOLD_MODES, QuantFormat, ScaleFormat  # noqa: E402
 from fp4lab.formats.quant_format import NAMED_SCALES  # noqa: E402
+from fp4lab.numerics.ref_encode import decode_elements, encode_elements, encode_scale  # noqa: E402
 from fp4lab.testing import element_grids, float32_arrays  # noqa: E402
 from fp4lab.testing.bits import same_bits  # noqa: E402
 
@@ -196,9 +200,9 @@ def test_directed_modes_on_every_backend(mode: str) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     from fp4lab.emulator.quantize import quantize_emulated
-    from fp4lab.emulator.ref_quantize import quantize_reference
     from fp4lab.kernels.api import quantize_cuda
     from fp4lab.kernels.verify import make_input
+    from fp4lab.numerics.ref_quantize import quantize_reference
 
     for name in ("mxfp4", "nvfp4", "int4-b32-e8m0", "nf4-b64-fp32"):
         fmt = fp4lab.get_format(name)

@@ -155,7 +155,8 @@ def test_inherits_never_follows_a_path_out_of_the_builtin_folder(tmp_path):
     parent.write_text(HW.replace('name = "x"', 'name = "evil"'))
     rel = os.path.relpath(parent.with_suffix(""), fp4lab.hwspec.registry.SPEC_DIR)
     child = tmp_path / "child.toml"
-    child.write_text(HW.replace('name = "x"', 'name = "child"').replace('source = "s"', f'source = "s"\ninherits = "{rel}"', 1))
+    child.write_text(HW.replace('name = "x"', 'name = "child"')
+                     .replace('source = "s"', f'source = "s"\ninherits = "{rel}"', 1))
     with pytest.raises(SpecError) as info:
         load_hw(child)
     _one_line(str(info.value), str(child), "inherits unknown built-in spec")
@@ -222,7 +223,7 @@ def test_corrupted_torch_quantized_tensor_is_refused_like_numpy():
 def test_valid_quantized_tensors_still_decode_to_the_same_bits(name):
     import torch
 
-    from fp4lab.emulator.ref_quantize import dequantize_reference
+    from fp4lab.numerics.ref_quantize import dequantize_reference
 
     x = conformance._cases(fp4lab.get_format(name))
     for _, v in x.values():
@@ -578,6 +579,10 @@ def test_cache_entries_are_keyed_by_every_numba_module():
     with_numba = {str(p.relative_to(root)) for p in root.rglob("*.py")
                   if "import numba" in p.read_text() or "njit" in p.read_text()}
     assert with_numba == set(jit.NUMBA_SOURCES)
+    for rel in jit.NUMBA_CONSTANT_SOURCES:  # numpy modules whose constants a numba module imports
+        module = "fp4lab." + rel.removesuffix(".py").replace("/", ".")
+        assert rel not in with_numba and any(f"from {module} import" in (root / m).read_text()
+                                             for m in jit.NUMBA_SOURCES), rel
     if jit.cache_status()[0] is not None:
         d = next(v for v in vars(pack).values() if type(v).__name__ == "CPUDispatcher")
         assert jit.sources_digest() in Path(d._cache._cache_path).parts

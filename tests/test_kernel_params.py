@@ -1,4 +1,4 @@
-"""The numpy twins of the kernels' bit-arithmetic encoders (``emulator.fbits.fbits_det``, ``fbits_sr``) against the
+"""The numpy twins of the kernels' bit-arithmetic encoders (``numerics.fbits.fbits_det``, ``fbits_sr``) against the
 reference encoder on a dense sample of fp32 values, and the guard that keeps the built-in float grids on that
 path (a twin that stopped matching would silently send them to the slower threshold tables)."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import fp4lab
-from fp4lab.emulator.fbits import fbits_det, fbits_sr
-from fp4lab.emulator.ref_encode import encode_elements
 from fp4lab.formats.grids import FloatGrid
 from fp4lab.formats.quant_format import NAMED_GRIDS
 from fp4lab.kernels.params import element_params
+from fp4lab.numerics.fbits import fbits_det, fbits_sr
+from fp4lab.numerics.ref_encode import encode_elements
 
 F32 = np.float32
 POLICY = dict(nan_policy="zero", overflow="saturate", signed_zero="keep")

@@ -11,17 +11,17 @@ import torch
 
 import fp4lab
 from fp4lab import QuantizeOptions
-from fp4lab.emulator.gemm_reference import gemm_reference
 from fp4lab.emulator.pack import pack_nibbles
-from fp4lab.emulator.range_policy import tensor_scale_bounds
-from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
-from fp4lab.emulator.rht import rht_reference
 from fp4lab.errors import InputError
 from fp4lab.formats import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
 from fp4lab.kernels.params import gemm_plan
 from fp4lab.kernels.verify import Case, _bits, compare, kernel_fields, make_input, reference_fields
+from fp4lab.numerics.gemm_reference import gemm_reference
+from fp4lab.numerics.range_policy import tensor_scale_bounds
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
+from fp4lab.numerics.rht import rht_reference
 from fp4lab.testing.bits import bit_patterns, same_bits
 
 ALL = fp4lab.list_formats()
@@ -154,8 +154,9 @@ def test_e4m3_block_scales_at_ties_and_subnormal_amaxes(name):
     blocks on and 1-4 ulps around every E4M3 rounding tie, at three tensor scales (the last ts's floor), and for
     float32-subnormal amaxes at that floor whose scale the reciprocal shortcut amax * fl(1/target) * fl(1/ts) puts
     across a tie (it failed on those on the H200: docs/kernels.md, "Open directions")."""
-    from fp4lab.emulator.fakequant import fake_quantize_reference
-    from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+    from fp4lab.kernels.fakequant_launch import fake_quantize_triton
+    from fp4lab.numerics.fakequant import fake_quantize_reference
+    from fp4lab.numerics.options import Blocking
 
     fmt = fp4lab.get_format(name)
     rng = np.random.default_rng(9)
@@ -450,7 +451,11 @@ def test_verify_plan_fakequant_cases():
 
 
 def test_verify_fakequant_case_reports_first_mismatch():
-    from fp4lab.kernels.verify import fakequant_kernel_fields, fakequant_reference_fields, run_case
+    from fp4lab.kernels.verify import (
+        fakequant_kernel_fields,
+        fakequant_reference_fields,
+        run_case,
+    )
 
     case = Case("nvfp4", "sr", 16, -1, "adversarial", 64, 128, 3, "bf16", op="fakequant", sr_bits=8,
                 out_dtype="fp32", apply_ts=False)

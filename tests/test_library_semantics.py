@@ -23,15 +23,19 @@ torch = pytest.importorskip("torch")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torchao.prototype.mx_formats.kernels import unpack_uint4
-    from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, nvfp4_quantize, per_tensor_amax_to_scale
+    from torchao.prototype.mx_formats.nvfp4_tensor import (
+        NVFP4Tensor,
+        nvfp4_quantize,
+        per_tensor_amax_to_scale,
+    )
 
 import fp4lab  # noqa: E402
 from fp4lab import QuantizeOptions  # noqa: E402
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated  # noqa: E402
-from fp4lab.emulator.ref_encode import encode_scale  # noqa: E402
-from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference  # noqa: E402
 from fp4lab.formats import QuantFormat, ScaleFormat  # noqa: E402
 from fp4lab.formats.quant_format import NAMED_SCALES  # noqa: E402
+from fp4lab.numerics.ref_encode import encode_scale  # noqa: E402
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference  # noqa: E402
 from fp4lab.testing import block_inputs, quant_formats, rounding_modes  # noqa: E402
 from fp4lab.testing.bits import bit_patterns, same_bits  # noqa: E402
 
@@ -315,9 +319,10 @@ def test_new_fields_on_the_triton_kernels(name: str, rule: dict) -> None:
     signed zeros (plus, for scale_overflow, blocks whose scale overflows E8M0), where each field changes the
     result."""
     pytest.importorskip("triton")
-    from fp4lab.emulator.fakequant import fake_quantize_reference
     from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
-    from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+    from fp4lab.kernels.fakequant_launch import fake_quantize_triton
+    from fp4lab.numerics.fakequant import fake_quantize_reference
+    from fp4lab.numerics.options import Blocking
 
     fmt = variant(name, **rule)
     x = gaussian((32, 128), seed=4)

@@ -101,7 +101,7 @@ def test_numba_equals_reference_larger(case):
         assert np.array_equal(bits(emulate_mma(a, b, c, **kw)), bits(emulate_mma(a, b, c, impl="reference", **kw)))
 
 
-# ---- hand-derived probes (docs/tensor_cores.md section 1) -----------------------------------------------------------------
+# ---- hand-derived probes (docs/tensor_cores.md section 1) ----------------------------------------------------------
 def one_dot(a, b, c, kind, hw="hopper-sm90", **kw):
     K = len(a)
     c = np.array([[c]], dtype=np.float16 if "f16acc" in kind else np.float32)
@@ -376,10 +376,10 @@ def test_emulate_gemm_k_order_permutes_within_block_k():
 
 @pytest.mark.parametrize("name", ["ufp4", "e2m1-b16-fp32", "nvfp4", "mxfp4"])
 def test_emulate_gemm_per_block_reproduces_exact_gemm_reference(name):
-    """fp4lab's exact GEMM kernel, per-block path (fp4lab.emulator.gemm_reference defines its bits): each
+    """fp4lab's exact GEMM kernel, per-block path (fp4lab.numerics.gemm_reference defines its bits): each
     block's exact dot product, then acc + (P_b * Sa_b) * Sb_b in fp32, then the tensor scales."""
     import fp4lab
-    from fp4lab.emulator.gemm_reference import gemm_reference
+    from fp4lab.numerics.gemm_reference import gemm_reference
 
     rng = np.random.default_rng(2)
     qa = fp4lab.quantize(rng.standard_normal((8, 256)).astype(np.float32), name)

@@ -23,6 +23,7 @@ def test_h200_vectors_reference_sample(prefix, kind, dkey, use_c):
 
 
 def test_fp8_vectors_reject_blackwell_rule():
-    """Control: the Blackwell F = 25 rule must NOT fit the H200 FP8 rows (docs/hardware_validation.md section 2: 2011/5000)."""
+    """Control: the Blackwell F = 25 rule must NOT fit the H200 FP8 rows (docs/hardware_validation.md section 2:
+    2011/5000)."""
     got = emulate_rows(DATA, "E4M3", "tcgen05.f8f6f4", False, hw="blackwell-sm100")
     assert int((got == DATA["E4M3_d_fp32"]).sum()) < 4000

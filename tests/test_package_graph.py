@@ -8,7 +8,10 @@ node from another, read with ``ast`` from every module under fp4lab/, module-lev
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -23,8 +26,9 @@ LAYERS = [
     ["fp4lab.errors", "fp4lab.tables"],
     ["fp4lab.formats", "fp4lab.layout"],
     ["fp4lab.quantized", "fp4lab.testing"],
-    ["fp4lab.emulator"],
-    ["fp4lab.hwspec", "fp4lab.kernels"],
+    ["fp4lab.numerics"],
+    ["fp4lab.emulator", "fp4lab.kernels"],
+    ["fp4lab.hwspec"],
     ["fp4lab.cpu_gemm", "fp4lab.recipes"],
     ["fp4lab.api"],
     ["fp4lab.interop"],
@@ -131,7 +135,7 @@ def _find_cycle(edges: set[tuple[str, str]]) -> list[str] | None:
 def test_the_graph_sees_the_imports():
     # a few edges every version of the code has; guards the parser against silently finding nothing
     assert {("fp4lab.hwspec", "fp4lab.formats"), ("fp4lab.emulator", "fp4lab.formats"),
-            ("fp4lab", "fp4lab.hwspec")} <= set(GRAPH)
+            ("fp4lab.kernels", "fp4lab.numerics"), ("fp4lab", "fp4lab.hwspec")} <= set(GRAPH)
     assert ("fp4lab.cpu_gemm", "fp4lab.hwspec") in GRAPH  # a function-level import (cpu_gemm's GEMM fallback)
 
 
@@ -151,6 +155,34 @@ def test_lower_layers_never_import_higher_ones():
     rank = {n: i for i, layer in enumerate(LAYERS) for n in layer}
     bad = [_where(e) for e in sorted(GRAPH) if e not in KNOWN_UPWARD and rank[e[0]] <= rank[e[1]]]
     assert bad == [], "imports of the same or a higher layer: " + "; ".join(bad)
+
+
+def test_the_backends_stand_on_numerics_alone():
+    # the numba twin and the Triton kernels share one definition of the bits (fp4lab.numerics); neither imports
+    # the other (the same layer forbids it too: this names the sites), and numerics imports neither
+    for a, b in (("fp4lab.kernels", "fp4lab.emulator"), ("fp4lab.emulator", "fp4lab.kernels")):
+        assert (a, b) not in GRAPH, _where((a, b))
+    assert not {dst for (src, dst) in GRAPH if src == "fp4lab.numerics"} - {"fp4lab.errors", "fp4lab.formats",
+                                                                          "fp4lab.quantized"}
+
+
+def test_numerics_and_the_gpu_quantize_path_import_no_numba():
+    """``fp4lab.numerics`` is plain numpy, and a GPU quantize (its launchers and kernels, run here in Triton's
+    interpreter with an RHT and stochastic rounding) does not load numba."""
+    code = ("import sys\n"
+            "import fp4lab.numerics.ref_quantize, fp4lab.numerics.fakequant, fp4lab.numerics.checks\n"
+            "import fp4lab.numerics.gemm_reference, fp4lab.numerics.plan\n"
+            "assert not {'numba', 'triton', 'torch'} & set(sys.modules), sorted({'numba', 'triton', 'torch'} & "
+            "set(sys.modules))\n"
+            "import torch\n"
+            "from fp4lab import QuantizeOptions, get_format\n"
+            "from fp4lab.kernels.quantize_launch import quantize_triton\n"
+            "qt = quantize_triton(torch.ones(16, 32), get_format('nvfp4'), QuantizeOptions('sr', rht=16))\n"
+            "assert qt.codes.shape == (16, 32) and 'triton' in sys.modules and 'numba' not in sys.modules\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent, env=env,
+                         check=False, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
 
 
 def test_known_upward_edges_still_exist():

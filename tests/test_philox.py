@@ -9,18 +9,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fp4lab.emulator.philox import (
+from fp4lab.emulator.nb_philox import (
     philox4x32,
     philox4x32_10,
-    philox4x32_reference,
     philox_rounds,
-    philox_rounds_reference,
-    split_seed,
     sr_bits_for,
     sr_random_bits,
-    sr_random_bits_reference,
 )
 from fp4lab.errors import InputError
+from fp4lab.numerics.philox import (
+    philox4x32_reference,
+    philox_rounds_reference,
+    split_seed,
+    sr_random_bits_reference,
+)
 
 
 @triton.jit

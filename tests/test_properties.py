@@ -20,11 +20,11 @@ from hypothesis.extra import numpy as hnp
 import fp4lab
 from fp4lab import QuantizeOptions
 from fp4lab.emulator.pack import unpack_nibbles
-from fp4lab.emulator.ref_encode import decode_elements, encode_elements, encode_scale
-from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.formats import THRESHOLD_MODES, BlockLayout, QuantFormat, ScaleRule, model_to_toml
 from fp4lab.formats.rules import AMAX_METHODS, OCP_METHODS
 from fp4lab.formats.spec_io import load_model
+from fp4lab.numerics.ref_encode import decode_elements, encode_elements, encode_scale
+from fp4lab.numerics.ref_quantize import quantize_reference
 from fp4lab.testing import block_inputs, element_grids, float32_arrays, quant_formats, rounding_modes
 from fp4lab.testing.bits import same_bits
 

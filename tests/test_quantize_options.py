@@ -18,8 +18,8 @@ import pytest
 import fp4lab
 from fp4lab import InputError, QuantizeOptions
 from fp4lab.emulator.quantize import quantize_emulated
-from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.kernels.verify import make_input
+from fp4lab.numerics.ref_quantize import quantize_reference
 from fp4lab.testing.bits import bit_patterns, same_bits
 
 F32 = np.float32
@@ -28,7 +28,7 @@ FIELDS = ("rounding", "seed", "axis", "rht", "rht_seed", "sr_bits")
 
 def test_exported_from_the_package():
     assert "QuantizeOptions" in fp4lab.__all__
-    from fp4lab.emulator.options import QuantizeOptions as home
+    from fp4lab.numerics.options import QuantizeOptions as home
 
     assert fp4lab.QuantizeOptions is home
 

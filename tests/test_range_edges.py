@@ -1,6 +1,6 @@
 """Range edges (docs/numerics.md, "Range edges"): tensors near float32's maximum and tiny tensors.
 
-Policies (``fp4lab.emulator.range_policy``): finite inputs never decode to +-Inf (tensor-scale cap, decoded-range
+Policies (``fp4lab.numerics.range_policy``): finite inputs never decode to +-Inf (tensor-scale cap, decoded-range
 caps), two-level reciprocal formats keep ``1/ts`` and every block multiplier finite (tensor-scale floor,
 multiplier floor), and the RHT of blocks beyond FLT_MAX/n gives IEEE non-finite values. Checked in the reference,
 the numba twin and the Triton kernels (interpreter), on the issue's tensors, on ``fp4lab.testing``'s
@@ -19,11 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fp4lab
-import fp4lab.emulator.ref_quantize as rq
+import fp4lab.numerics.ref_quantize as rq
 from fp4lab import QuantizeOptions
-from fp4lab.emulator.fakequant import fake_quantize_reference
+from fp4lab.emulator.nb_rht import rht
 from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
-from fp4lab.emulator.range_policy import (
+from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
+from fp4lab.kernels.verify import make_input, range_edge_input
+from fp4lab.numerics.fakequant import fake_quantize_reference
+from fp4lab.numerics.options import Blocking
+from fp4lab.numerics.range_policy import (
     RECIP_TS_FLOOR,
     decoded_caps,
     kernel_constants,
@@ -32,10 +37,7 @@ from fp4lab.emulator.range_policy import (
     range_clamp_scale,
     tensor_scale_bounds,
 )
-from fp4lab.emulator.rht import rht, rht_reference
-from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
-from fp4lab.kernels.verify import make_input, range_edge_input
+from fp4lab.numerics.rht import rht_reference
 from fp4lab.testing import make_inputs, quant_formats, range_edge_inputs, rounding_modes
 from fp4lab.testing.bits import same_bits
 
@@ -301,7 +303,7 @@ def test_decoded_cap_keeps_the_sign_of_zero():
 
 
 # ---- directed rounding of quotients that underflow float32 ------------------------------------------------------
-@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "ufp4", "int4-b32-e8m0"])
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "nvfp4-te", "ufp4", "int4-b32-e8m0"])
 @pytest.mark.parametrize("mode", ["rtp", "rtm"])
 def test_directed_rounding_of_underflowing_quotients(name, mode):
     """rtp / rtm round the exact quotient x / S: a non-zero element whose quotient underflows float32 to 0 rounds

@@ -9,9 +9,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fp4lab  # noqa: E402
-from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
-from fp4lab.recipes import BUILTIN_RECIPES, QuantLinear, Recipe, get_recipe, quantize_model  # noqa: E402
-from fp4lab.recipes import streams  # noqa: E402
+from fp4lab.numerics.fakequant import fake_quantize_reference  # noqa: E402
+from fp4lab.recipes import (  # noqa: E402
+    BUILTIN_RECIPES,
+    QuantLinear,
+    Recipe,
+    get_recipe,
+    quantize_model,
+    streams,  # noqa: E402
+)
 
 
 def _data(m=32, k=64, n=64, seed=0):

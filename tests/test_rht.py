@@ -9,17 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fp4lab.emulator.philox import philox4x32_reference
-from fp4lab.emulator.rht import (
-    RHT_SIZES,
-    hadamard_matrix,
-    rht,
-    rht_block_inplace,
-    rht_reference,
-    rht_scale,
-    rht_signs,
-)
+from fp4lab.emulator.nb_rht import rht, rht_block_inplace
 from fp4lab.errors import InputError
+from fp4lab.numerics.options import RHT_SIZES
+from fp4lab.numerics.philox import philox4x32_reference
+from fp4lab.numerics.rht import hadamard_matrix, rht_reference, rht_scale, rht_signs
 from fp4lab.testing.bits import bit_patterns, same_bits
 
 sizes = st.sampled_from(RHT_SIZES)

@@ -11,21 +11,14 @@ import torch
 
 import fp4lab
 from fp4lab import QuantizeOptions
-from fp4lab.emulator.philox import (
-    philox4x32_reference,
-    split_seed,
-    sr_bits_for,
-    sr_call_and_word,
-    sr_elements_per_call,
-    sr_random_bits,
-    sr_random_bits_reference,
-)
+from fp4lab.emulator.nb_philox import sr_bits_for, sr_call_and_word, sr_random_bits
 from fp4lab.emulator.quantize import quantize_emulated
-from fp4lab.emulator.ref_quantize import quantize_reference
 from fp4lab.errors import InputError
 from fp4lab.kernels.api import quantize_cuda
 from fp4lab.kernels.quantize_launch import quantize_triton
 from fp4lab.kernels.verify import make_input
+from fp4lab.numerics.philox import philox4x32_reference, split_seed, sr_elements_per_call, sr_random_bits_reference
+from fp4lab.numerics.ref_quantize import quantize_reference
 from fp4lab.testing.bits import bit_patterns, same_bits
 
 WIDTHS = (24, 16, 8, 4)

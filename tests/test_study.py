@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 
 import fp4lab  # noqa: E402
 from fp4lab.analysis import metrics, tensors_io  # noqa: E402
-from fp4lab.emulator.fakequant import fake_quantize_reference  # noqa: E402
 from fp4lab.errors import InputError, OutputError  # noqa: E402
+from fp4lab.numerics.fakequant import fake_quantize_reference  # noqa: E402
 from fp4lab.recipes import QuantLinear, get_recipe, recipe_to_toml  # noqa: E402
 from fp4lab.study import data, diagnostics, driver, summary  # noqa: E402
 from fp4lab.study import train as train_mod  # noqa: E402

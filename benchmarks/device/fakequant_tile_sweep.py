@@ -30,7 +30,8 @@ def sweep(cases: list[tuple], time_it: bool) -> dict[str, Any]:
 
     import fp4lab
     from fp4lab.errors import InputError
-    from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+    from fp4lab.kernels.fakequant_launch import fake_quantize_triton
+    from fp4lab.numerics.options import Blocking
 
     torch.manual_seed(0)
     x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)

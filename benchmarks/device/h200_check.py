@@ -19,10 +19,10 @@ import torch
 
 import fp4lab
 from fp4lab import QuantizeOptions
-from fp4lab.emulator.gemm_reference import gemm_reference
-from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
-from fp4lab.emulator.rht import rht_reference
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
+from fp4lab.numerics.gemm_reference import gemm_reference
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
+from fp4lab.numerics.rht import rht_reference
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

@@ -25,12 +25,13 @@ import torch
 
 import fp4lab
 from fp4lab import QuantizeOptions
-from fp4lab.emulator.fakequant import fake_quantize_reference
-from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.formats import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, quantize_cuda
-from fp4lab.kernels.fakequant_launch import Blocking, fake_quantize_triton
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
 from fp4lab.kernels.verify import make_input
+from fp4lab.numerics.fakequant import fake_quantize_reference
+from fp4lab.numerics.options import Blocking
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.testing import make_inputs
 
 F32 = np.float32

@@ -30,7 +30,7 @@ import sass_count as sc  # noqa: E402  # sets up the compile-without-a-GPU envir
 import torch  # noqa: E402
 
 import fp4lab  # noqa: E402
-from fp4lab.kernels.fakequant_launch import Blocking  # noqa: E402
+from fp4lab.numerics.options import Blocking  # noqa: E402
 
 
 def compiled_case(fmt_name: str, rounding: str, along: str, rht_k: int, rht_m: int, sr_bits: int,

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
-from fp4lab.errors import InputError
 
 import numpy as np
+
+from fp4lab.errors import InputError
 
 
 def magnitude_levels(grid: Any) -> np.ndarray:

@@ -18,7 +18,8 @@ JSON document (``schema = "fp4lab.compare/1"``):
 ``results``  one record per (format, input, rht): ``format``, ``input``, ``rht`` (0 = none), ``sqnr_db``, ``nmse``,
              ``alpha`` (Eq. 3), ``bias`` (mean signed error of normalized magnitudes, grid units), ``bias_amax``
              (``mean((|xhat| - |x|) / amax)``, ``amax`` the element's block amax: comparable across formats),
-             ``b_eff`` (Eq. 6-7), ``clip_rate``, ``zero_block_rate``, ``delta_sqnr_db`` (this SQNR minus the same format's
+             ``b_eff`` (Eq. 6-7), ``clip_rate``, ``zero_block_rate``, ``delta_sqnr_db`` (this SQNR minus the same
+             format's
              and input's rht = 0 SQNR, null when rht = 0 or not run), ``delta_b_eff`` (likewise), and
              ``scale_code_histogram`` (``{"code": count}`` for scale formats of at most 8 bits, else null).
 ``verdicts`` per input: ``best_sqnr`` (``{"sqnr_db", "cases": [{"format", "rht"}, ...]}``, every case with the
@@ -49,9 +50,9 @@ import numpy as np
 import fp4lab
 from fp4lab.analysis import distributions, metrics, tensors_io
 from fp4lab.analysis.bias import level_bias
-from fp4lab.emulator.blocks import BlockView
-from fp4lab.formats.registry import get_format
 from fp4lab.errors import InputError
+from fp4lab.formats.registry import get_format
+from fp4lab.numerics.blocks import BlockView
 
 SCHEMA = "fp4lab.compare/1"
 DEFAULT_FORMATS: tuple[str, ...] = (
@@ -132,9 +133,9 @@ def _quantize_dequantize(x: np.ndarray, fmt: Any, rht: int | None, rht_seed: int
         qt = fp4lab.quantize(x, fmt, rounding=rounding, rht=rht, rht_seed=rht_seed)
         basis = x if rht is None else np.asarray(fp4lab.rht(x, size=rht, seed=rht_seed, axis=qt.axis))
         return qt, basis, np.asarray(fp4lab.dequantize(qt, rotated=True))
-    from fp4lab.emulator.options import QuantizeOptions
-    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
-    from fp4lab.emulator.rht import rht_reference
+    from fp4lab.numerics.options import QuantizeOptions
+    from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
+    from fp4lab.numerics.rht import rht_reference
 
     qt = quantize_reference(x, fmt, QuantizeOptions(rounding=rounding, rht=rht, rht_seed=rht_seed))
     basis = x if rht is None else rht_reference(x, size=rht, seed=rht_seed, axis=qt.axis)

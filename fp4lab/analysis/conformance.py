@@ -11,7 +11,8 @@
 
 for ``rounding`` in ``ROUNDINGS`` (``sr`` uses ``seed = SR_SEED``; see docs/numerics.md for the random bits), plus
 ``index.json`` (formats with their full specs and their file's SHA-256, cases with descriptions, conventions) and
-``library_agreement.json`` / ``.md`` (``agreement_table``). Each case's input is a named kind of ``fp4lab.testing.inputs`` (``CASES``) built
+``library_agreement.json`` / ``.md`` (``agreement_table``). Each case's input is a named kind of
+``fp4lab.testing.inputs`` (``CASES``) built
 from a fixed seed, so the files are reproducible; stored float32 arrays are their ``fp4lab.testing.bits``
 patterns (payload-exact).
 
@@ -207,7 +208,8 @@ def agreement_table(progress: Callable[[str], None] | None = None) -> list[dict[
 
 def agreement_markdown(rows: list[dict[str, Any]]) -> str:
     """The agreement table as Markdown."""
-    lines = ["| fp4lab format | rounding | library | status | per case (measured) | note |", "|---|---|---|---|---|---|"]
+    lines = ["| fp4lab format | rounding | library | status | per case (measured) | note |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         detail = ", ".join(f"{c}: {v}" for c, v in r["cases"].items()) or "—"
         lines.append(f"| {r['format']} | {r['rounding']} | {r['library']} | {r['status']} | {detail} | {r['note']} |")

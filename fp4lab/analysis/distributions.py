@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from fp4lab.errors import InputError
 
 import numpy as np
+
+from fp4lab.errors import InputError
 
 DEFAULT_DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "laplace", "student-t:nu=3", "lognormal:sigma=1",
                                           "outliers:k=20,every=97")

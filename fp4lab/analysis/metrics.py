@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 import fp4lab
-from fp4lab.quantized import QuantizedTensor
 from fp4lab.errors import InputError
+from fp4lab.quantized import QuantizedTensor
 
 EPS = 1e-12
 CLIP_RTOL = 2.0**-20

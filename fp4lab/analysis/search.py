@@ -113,7 +113,8 @@ class Samples:
         energy = self.w2[-1]
         with np.errstate(divide="ignore"):
             sqnr = -10.0 * np.log10(np.maximum(sse, 0.0) / energy)
-        return {"sqnr_db": sqnr, "bias": np.sum(mags * C0 - C1, axis=1) / n, "alpha": np.sum(mags * W1, axis=1) / energy}
+        return {"sqnr_db": sqnr, "bias": np.sum(mags * C0 - C1, axis=1) / n,
+                "alpha": np.sum(mags * W1, axis=1) / energy}
 
 
 def lattice_grids(lattice: int) -> np.ndarray:

@@ -48,9 +48,9 @@ import numpy as np
 import fp4lab
 from fp4lab.analysis import metrics
 from fp4lab.analysis.distributions import parse, sample
-from fp4lab.emulator.blocks import BlockView
-from fp4lab.formats.registry import get_format
 from fp4lab.errors import InputError
+from fp4lab.formats.registry import get_format
+from fp4lab.numerics.blocks import BlockView
 
 DEFAULT_FORMATS: tuple[str, ...] = ("ufp4", "e2m1-b16-fp32", "nvfp4", "mxfp4")
 DEFAULT_WIDTHS: tuple[int, ...] = (24, 16, 8, 4)

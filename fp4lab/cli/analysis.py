@@ -300,7 +300,8 @@ def sr_bias_main(args: argparse.Namespace) -> int:
     cfg = result["config"]
     rht = f", RHT-{cfg['rht']}" if cfg["rht"] else ""
     for label in cfg["dists"]:
-        table = Table(title=f"input: {escape(label)} ({cfg['shape'][0]}x{cfg['shape'][1]}), {len(cfg['seeds'])} SR seeds"
+        table = Table(title=f"input: {escape(label)} ({cfg['shape'][0]}x{cfg['shape'][1]}), "
+                            f"{len(cfg['seeds'])} SR seeds"
                       f"{rht}; unit: block amax", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
                       pad_edge=False, padding=(0, 1, 0, 0))
         table.add_column("format", no_wrap=True)

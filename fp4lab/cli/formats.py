@@ -130,7 +130,8 @@ def grid_text(g: Any) -> str:
     if g.kind == "float":
         default = " (default 2^(e-1) - 1)" if g.bias is None else ""
         head = (f"float E{g.exponent_bits}M{g.mantissa_bits}, exponent bias {g.exponent_bias}{default}"
-                f"{'' if g.subnormals else ', no subnormals'}{'' if g.specials == 'none' else ', specials ' + g.specials}")
+                f"{'' if g.subnormals else ', no subnormals'}"
+                f"{'' if g.specials == 'none' else ', specials ' + g.specials}")
     elif g.kind == "int":
         head = f"int{g.bits} ({g.range}), step {g.step:g}"
     else:
@@ -174,7 +175,7 @@ def _validate_one(path: str, kind: str) -> list[str]:
         spec = load_hw(path)
         return [f"ok: {path}: hwspec '{spec.name}' ({len(spec.kinds)} kinds)"]
     from fp4lab.formats import load_format
-    from fp4lab.emulator.ref_quantize import smoke_check
+    from fp4lab.numerics.ref_quantize import smoke_check
     from fp4lab.tables import short
 
     fmt = load_format(path)

@@ -1,0 +1,1 @@
+"""The numba twin of ``fp4lab.numerics``: the same bits, parallel and fast on the CPU."""

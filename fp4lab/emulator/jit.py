@@ -15,9 +15,10 @@ the check):
 * ``FP4LAB_NUMBA_CACHE=0`` (or ``off``, ``false``, ``no``) turns caching off (every process compiles again:
   about 10 s for ``fp4lab compare`` on 2 cores);
 * entries live in a subdirectory named by a digest of every fp4lab module that holds numba code
-  (``NUMBA_SOURCES``): numba checks only the timestamp of a function's own file, so a cached kernel would
-  otherwise survive an edit of a helper it inlines from another module (``nb_encode.py`` called from
-  ``nb_quantize.py``). Any edit of those modules compiles afresh.
+  (``NUMBA_SOURCES``) or constants that numba code compiles in (``NUMBA_CONSTANT_SOURCES``): numba checks only
+  the timestamp of a function's own file, so a cached kernel would otherwise survive an edit of a helper it
+  inlines from another module (``nb_encode.py`` called from ``nb_quantize.py``). Any edit of those modules
+  compiles afresh.
 
 Only fp4lab's own functions are affected: numba's global configuration is left alone. ``cache_status()`` says
 which directory is used, or why none is.
@@ -37,15 +38,18 @@ import numba
 _OFF_WORDS = ("0", "off", "false", "no")
 # fp4lab's modules with numba code (njit functions and the helpers they call across modules)
 NUMBA_SOURCES = ("emulator/jit.py", "emulator/nb_tables.py", "emulator/nb_encode.py", "emulator/nb_quantize.py",
-                 "emulator/pack.py", "emulator/philox.py", "emulator/rht.py", "emulator/threads.py",
+                 "emulator/pack.py", "emulator/nb_philox.py", "emulator/nb_rht.py", "emulator/threads.py",
                  "hwspec/mma_kernels.py")
+# numpy modules whose constants njit code reads (numba compiles a global in as a literal): the Philox round count
+# and multipliers
+NUMBA_CONSTANT_SOURCES = ("numerics/philox.py",)
 
 
 def sources_digest() -> str:
-    """16 hex digits of SHA-256 over the numba modules' sources (with numba's version): the cache subdirectory."""
+    """16 hex digits of SHA-256 over those modules' sources (with numba's version): the cache subdirectory."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(numba.__version__.encode())
-    for rel in NUMBA_SOURCES:
+    for rel in NUMBA_SOURCES + NUMBA_CONSTANT_SOURCES:
         h.update(rel.encode() + b"\0" + (root / rel).read_bytes())
     return h.hexdigest()[:16]
 _MAX_ENTRIES = 20000  # bound of the tree walk of a directory that others can enter

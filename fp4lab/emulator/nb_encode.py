@@ -13,12 +13,70 @@ import numpy as np
 from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_tables import (
-    ENC_LINEAR, ENC_SEARCH, ENC_SYM, F_BUMP_S, F_LVMAX, F_LVMIN, F_MAX, F_MIN, F_OV_THR, F_SCLIP, F_SCRIT, F_SMAX,
-    F_TARGETS, OV_NAN, OV_SATURATE, P_BS, P_BUMP, P_BUMP_CODE, P_CODE_INF, P_CODE_NAN, P_CODE_ZERO, P_DIRECTED,
-    P_EMAX_ELEM, P_ENC, P_ENCODE_ARITH, P_ESCALE, P_EVEN_ADD, P_FABS_MASK, P_FCODE_NEG, P_FCODE_POS, P_FUSED, P_HAS_MAX,
-    P_HAS_MIN, P_KEEP_SIGN, P_M1, P_NAN_CODE, P_NAN_PROP, P_NLEV, P_NTARGETS, P_OV, P_OV_NAN, P_OV_NINF, P_OV_PINF,
-    P_RANGE, P_RULE, P_SBIAS, P_SBKT_K, P_SBKT_SH, P_SDIV, P_SKIND, P_SMAXCODE, P_SNAN, P_SOFF, P_SOVF, P_SROUND,
-    P_ZERO_POLICY, RULE_AMAX, RULE_CEIL, RULE_EVEN, SK_BF16, SK_FP32, SK_TABLE, SR_CEIL, SR_RTNE,
+    ENC_LINEAR,
+    ENC_SEARCH,
+    ENC_SYM,
+    F_BUMP_S,
+    F_LVMAX,
+    F_LVMIN,
+    F_MAX,
+    F_MIN,
+    F_OV_THR,
+    F_SCLIP,
+    F_SCRIT,
+    F_SMAX,
+    F_TARGETS,
+    OV_NAN,
+    OV_SATURATE,
+    P_BS,
+    P_BUMP,
+    P_BUMP_CODE,
+    P_CODE_INF,
+    P_CODE_NAN,
+    P_CODE_ZERO,
+    P_DIRECTED,
+    P_EMAX_ELEM,
+    P_ENC,
+    P_ENCODE_ARITH,
+    P_ESCALE,
+    P_EVEN_ADD,
+    P_FABS_MASK,
+    P_FCODE_NEG,
+    P_FCODE_POS,
+    P_FUSED,
+    P_HAS_MAX,
+    P_HAS_MIN,
+    P_KEEP_SIGN,
+    P_M1,
+    P_NAN_CODE,
+    P_NAN_PROP,
+    P_NLEV,
+    P_NTARGETS,
+    P_OV,
+    P_OV_NAN,
+    P_OV_NINF,
+    P_OV_PINF,
+    P_RANGE,
+    P_RULE,
+    P_SBIAS,
+    P_SBKT_K,
+    P_SBKT_SH,
+    P_SDIV,
+    P_SKIND,
+    P_SMAXCODE,
+    P_SNAN,
+    P_SOFF,
+    P_SOVF,
+    P_SROUND,
+    P_ZERO_POLICY,
+    RULE_AMAX,
+    RULE_CEIL,
+    RULE_EVEN,
+    SK_BF16,
+    SK_FP32,
+    SK_TABLE,
+    SR_CEIL,
+    SR_RTNE,
 )
 
 NJ = dict(cache=True, error_model="numpy")
@@ -148,7 +206,7 @@ def _pow2_code(v, rounding, bias, maxcode, nancode, ovf_nan):
 
 @njit(**NJ)
 def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
-    """float32 ideal scales of the amax rule (``ref_quantize.block_scale_codes`` before the cast)."""
+    """float32 ideal scales of the amax rule (``scale_rule.block_scale_codes`` before the cast)."""
     if ip[P_ENCODE_ARITH]:  # min(amax * float32(g * float32(1/target)), FLT_MAX)
         g = gmul[ti]
         for bi in range(nb):
@@ -265,7 +323,7 @@ def _cap(t, lo, hi):
 @njit(**NJ)
 def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, scodes, sdec, sbkt, code, S):
     """Scale codes and decoded float32 scales of nb blocks with finite float32 ``amax`` for target ``ti``:
-    the scale rule (``ref_quantize.block_scale_codes``), then the zero / Inf / NaN block overrides, then
+    the scale rule (``scale_rule.block_scale_codes``), then the zero / Inf / NaN block overrides, then
     ``ScaleFormat.decode``. "encode" arithmetic: ``gmul[ti] = float32(g * float32(1/target))``."""
     rule = ip[P_RULE]
     if rule == RULE_AMAX:
@@ -374,14 +432,7 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
                 R = FLT_MAX
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] * R
-                if ip[P_DIRECTED] and t[j] == 0 and xv[j] != 0 and S[bi] != 0:  # as below
-                    t[j] = u32_to_f32((f32_to_u32(xv[j]) & SIGN_MASK) | np.uint32(1))
-            if ip[P_RANGE] and (not two_level or ts == 1):
-                lo, hi = decoded_caps(S[bi], ip, fp)
-                for j in range(bi * bs, bi * bs + bs):
-                    t[j] = _cap(t[j], lo, hi)
-        return
-    if ip[P_ESCALE]:
+    elif ip[P_ESCALE]:
         for bi in range(nb):
             R = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
             for j in range(bi * bs, bi * bs + bs):
@@ -395,12 +446,13 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
             D = (S[bi] * ts) if two_level else S[bi]
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] / D
-    for bi in range(nb):
-        if S[bi] == 0:
-            for j in range(bi * bs, bi * bs + bs):
-                v = xv[j]
-                if v == v:
-                    t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
+    if not ip[P_ENCODE_ARITH]:
+        for bi in range(nb):
+            if S[bi] == 0:
+                for j in range(bi * bs, bi * bs + bs):
+                    v = xv[j]
+                    if v == v:
+                        t[j] = u32_to_f32(f32_to_u32(v) & SIGN_MASK)
     if ip[P_DIRECTED]:  # rtp / rtm: a quotient that underflowed to +-0 is +-2^-149 (ref_quantize.nonzero_quotients)
         for bi in range(nb):
             if S[bi] != 0:

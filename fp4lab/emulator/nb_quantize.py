@@ -32,10 +32,15 @@ import numpy as np
 
 from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_encode import (
-    block_errors, block_stats, chunk_scales, encode_run, scale_elements, scale_encode_fused,
+    block_errors,
+    block_stats,
+    chunk_scales,
+    encode_run,
+    scale_elements,
+    scale_encode_fused,
 )
+from fp4lab.emulator.nb_philox import philox4x32_10, sr_call_and_word, sr_comparand
 from fp4lab.emulator.nb_tables import ENC_SR, P_BS, P_ENC, P_ERR, P_FUSED, P_NTARGETS
-from fp4lab.emulator.philox import philox4x32_10, sr_call_and_word, sr_comparand
 from fp4lab.emulator.threads import workers as thread_count
 
 CHUNK = 16384  # elements per work item (blocks are never split)

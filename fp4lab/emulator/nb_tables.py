@@ -24,10 +24,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fp4lab.emulator.plan import (ElementPlan, Encoder, ExponentRule, Overflow, ScaleChoice, ScaleKind, ScalePlan,
-                                  ScaleRounding, cached_per_format, element_plan, scale_plan)
-from fp4lab.emulator.range_policy import multiplier_floor, range_clamp_scale
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.numerics.plan import (
+    ElementPlan,
+    Encoder,
+    ExponentRule,
+    Overflow,
+    ScaleChoice,
+    ScaleKind,
+    ScalePlan,
+    ScaleRounding,
+    cached_per_format,
+    element_plan,
+    scale_plan,
+)
+from fp4lab.numerics.range_policy import multiplier_floor, range_clamp_scale
 
 F32 = np.float32
 LINEAR_MAX = 32  # up to this many thresholds a branchless linear count beats a binary search

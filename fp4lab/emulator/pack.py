@@ -10,7 +10,6 @@ import numpy as np
 from fp4lab.emulator.jit import njit
 from fp4lab.layout import check_codes, check_packed, range_error
 
-
 # ----------------------------------------------------------------------------------------------------------
 # numba twins (one signature each: flat C-contiguous uint8 arrays)
 

@@ -12,7 +12,8 @@ from fp4lab.formats.spec_io import builtin_names, load_model, one_line
 # Display order of the headline built-ins; any other file in builtin/ follows, sorted by name.
 DISPLAY_FIRST: tuple[str, ...] = (
     "mxfp4", "nvfp4", "ufp4", "e2m1-b16-fp32", "int4-b32-e8m0", "int4-b16-fp32", "nf4-b64-fp32",
-    "mxfp4-rceil", "mxfp4-ceil", "mxfp4-even", "nvfp4-torchao", "nvfp4-torchao-1level", "nvfp4-te", "nvfp4-4over6", "nvfp4-2d",
+    "mxfp4-rceil", "mxfp4-ceil", "mxfp4-even", "nvfp4-torchao", "nvfp4-torchao-1level", "nvfp4-te", "nvfp4-4over6",
+    "nvfp4-2d",
     "ufp4-e4m3", "ufp4-e8m0",
     "e2m1", "e1m2", "int4",
 )

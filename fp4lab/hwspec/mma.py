@@ -29,13 +29,13 @@ import numpy as np
 
 from fp4lab.emulator.threads import launch as launch_threads
 from fp4lab.errors import InputError, check_plain_data
+from fp4lab.hwspec import mma_kernels as nb
+from fp4lab.hwspec.mma_operands import align_exponents, decode_pair, decode_scales, typed_operand, values_table
+from fp4lab.hwspec.mma_reference import ModelParams, mma_reference
+from fp4lab.hwspec.native import fallback_scale_mode
 from fp4lab.hwspec.operands import operand_format
 from fp4lab.hwspec.registry import get_hw
 from fp4lab.hwspec.schema import MMAKind
-from fp4lab.hwspec import mma_kernels as nb
-from fp4lab.hwspec.mma_operands import values_table, align_exponents, decode_pair, decode_scales, typed_operand
-from fp4lab.hwspec.mma_reference import ModelParams, mma_reference
-from fp4lab.hwspec.native import fallback_scale_mode
 
 _OUT_RANGE = {"f32": (-126, 127), "f16": (-14, 15)}
 

@@ -275,7 +275,8 @@ def decode_scales(sa: Any, sb: Any, kind: MMAKind, K: int, M: int, N: int, scale
     if not fits:
         allowed = ", ".join(f"{o.format}/{int(o.block)}" for o in kind.scales)
         raise InputError(f"emulate_mma: kind {kind.name!r} takes block scales {allowed} (format/block); these "
-                         f"block-{block} scales are not representable in {' or '.join(opts)}, so no hardware MMA applies them: "
-                         "dequantize (emulate_gemm on a kind without block scales) or use a native scale format")
+                         f"block-{block} scales are not representable in {' or '.join(opts)}, so no hardware MMA "
+                         "applies them: dequantize (emulate_gemm on a kind without block scales) or use a native "
+                         "scale format")
     fmt = _pick(list(vals.values()), fits, "the scale values", kind, "scale_format='...'")
     return vals["a"], vals["b"], fmt, block

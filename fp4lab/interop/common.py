@@ -96,7 +96,7 @@ def assemble(codes: Any, scale_codes: Any, fmt: QuantFormat, tensor_scale: Any, 
     numpy codes give numpy fields; torch codes give torch fields on their device (scales decoded on the host,
     uint32 scale codes as int32, the tensor scale a 0-d float32 tensor). ``rounding`` is the format's default:
     foreign bits do not record how they were rounded."""
-    from fp4lab.emulator.quantize import check_quantized
+    from fp4lab.numerics.checks import check_quantized
 
     is_torch = type(codes).__module__.startswith("torch")
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):

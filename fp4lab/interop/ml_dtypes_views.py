@@ -6,7 +6,8 @@
   the grid: ``float4_e2m1fn`` (E2M1), ``int4`` (the two's-complement INT4 grid), ``float8_e4m3fn``, ... ml_dtypes
   keeps a sub-byte value in the low bits of its own byte, so there is no nibble order.
 * ``scale``: the block-scale codes typed ``float8_e8m0fnu`` (E8M0), ``float8_e4m3fn`` (E4M3; UE4M3 is its
-  positive half), ``float8_e5m3fnu`` (UE5M3; ml_dtypes 0.7 and later), ``numpy.float32`` or ``ml_dtypes.bfloat16``; row-major, ``qt.scales``' shape (ml_dtypes has no
+  positive half), ``float8_e5m3fnu`` (UE5M3; ml_dtypes 0.7 and later), ``numpy.float32`` or ``ml_dtypes.bfloat16``;
+  row-major, ``qt.scales``' shape (ml_dtypes has no
   swizzled layout). None without block scales.
 * ``tensor_scale``: ``numpy.float32`` or None.
 
@@ -86,7 +87,7 @@ def ml_dtypes_types(fmt: Any, what: str = "to_ml_dtypes") -> tuple[str, str | No
 
 def to_ml_dtypes(qt: QuantizedTensor) -> MLDtypesCodes:
     """``qt``'s codes as ml_dtypes-typed numpy arrays, bit for bit (see the module docstring)."""
-    from fp4lab.emulator.quantize import check_quantized, tensor_scale_value
+    from fp4lab.numerics.checks import check_quantized, tensor_scale_value
 
     check_quantized(qt, "to_ml_dtypes")
     elem, sdt = ml_dtypes_types(qt.fmt, "to_ml_dtypes")

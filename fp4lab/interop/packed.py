@@ -46,7 +46,7 @@ def unswizzle(scale_codes: Any, scale_shape: tuple[int, ...], what: str) -> Any:
 
 def scale_shape_of(fmt: Any, shape: tuple[int, ...], axis: int, what: str) -> tuple[int, ...]:
     """The row-major scale shape of a ``shape`` tensor blocked along ``axis`` in ``fmt``."""
-    from fp4lab.emulator.blocks import BlockView
+    from fp4lab.numerics.blocks import BlockView
 
     try:
         return tuple(BlockView.for_format(shape, fmt, axis).scale_shape)

@@ -21,7 +21,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fp4lab.errors import InputError, check_plain_data
-from fp4lab.interop.common import assemble, e2m1_values, match_element, match_scale, require_1d_last_axis
+from fp4lab.interop.common import (
+    assemble,
+    e2m1_values,
+    match_element,
+    match_scale,
+    require_1d_last_axis,
+)
 from fp4lab.interop.packed import from_packed, scale_shape_of, unswizzle
 from fp4lab.quantized import QuantizedTensor
 
@@ -81,8 +87,8 @@ def to_torch(qt: QuantizedTensor, *, swizzle: bool = False) -> TorchCodes:
     """``qt``'s codes as torch dtypes, bit for bit (see the module docstring)."""
     import torch
 
-    from fp4lab.emulator.quantize import check_quantized, tensor_scale_value
     from fp4lab.layout import pack_nibbles_torch
+    from fp4lab.numerics.checks import check_quantized, tensor_scale_value
 
     check_quantized(qt, "to_torch")
     fmt = qt.fmt

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp4lab.emulator.options import DEFAULT_OPTIONS, QuantizeOptions
 from fp4lab.formats.registry import get_format
+from fp4lab.numerics.options import DEFAULT_OPTIONS, QuantizeOptions
 from fp4lab.quantized import QuantizedTensor
 
 

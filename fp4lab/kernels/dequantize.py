@@ -55,7 +55,6 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     SCALED: tl.constexpr = SCALE.METHOD != 0
     TWO_LEVEL: tl.constexpr = APPLY_TS
     TS_FIRST: tl.constexpr = APPLY_TS and SCALE.TS_FIRST
-    pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows, kw, ce, addr_e, addr_o, rmask, me, mo, mw = pair_tile(M, K, K2, INNER, BM, C2, INNER1)
     if LEAN:

@@ -7,6 +7,8 @@ import numpy as np
 import triton
 
 from fp4lab.kernels import dequantize as dk
+from fp4lab.numerics.blocks import BlockView
+from fp4lab.numerics.rht import rht_scale, rht_signs
 
 
 def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, rht_seed=0, rotated=False,
@@ -18,12 +20,15 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     """
     import torch
 
-    from fp4lab.emulator.blocks import BlockView
-    from fp4lab.emulator.rht import rht_scale, rht_signs
     from fp4lab.errors import InputError
     from fp4lab.kernels.host import check_device, device_array, interpreting, matrix_view, scratch_f32
-    from fp4lab.kernels.params import (block_extents, element_decode_kind, element_params, scale_params,
-                                       scaled_values_bf16_exact)
+    from fp4lab.kernels.params import (
+        block_extents,
+        element_decode_kind,
+        element_params,
+        scale_params,
+        scaled_values_bf16_exact,
+    )
     from fp4lab.kernels.quantize_launch import tile_shape
 
     check_device(codes, "dequantize")

@@ -2,7 +2,7 @@
 blockings), launched through ``CachedLaunch``; a fallback through the quantize and dequantize kernels for what
 the fused kernel does not cover (2-D tiles along M, blocks of width 1, 3-D inputs).
 
-The bits of each output equal ``fp4lab.emulator.fakequant.fake_quantize_reference`` for the same arguments.
+The bits of each output equal ``fp4lab.numerics.fakequant.fake_quantize_reference`` for the same arguments.
 """
 
 from __future__ import annotations
@@ -15,17 +15,11 @@ import numpy as np
 
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
-
-
-@dataclass(frozen=True)
-class Blocking:
-    """One fake-quantized copy of a 2-D tensor: the RHT along the blocked axis first (``rht`` = size or None,
-    signs from ``rht_seed``), stochastic rounding from ``seed`` (unused by deterministic roundings): an int, or a
-    1-element int64 device tensor holding it, read by the kernel when it runs (CUDA-graph capture)."""
-
-    rht: int | None = None
-    rht_seed: int = 0
-    seed: Any = 0
+from fp4lab.numerics.blocks import BlockView
+from fp4lab.numerics.options import Blocking, QuantizeOptions, check_sr_bits
+from fp4lab.numerics.philox import sr_elements_per_call
+from fp4lab.numerics.ref_quantize import check_rounding
+from fp4lab.numerics.rht import check_rht_size, rht_scale, rht_signs
 
 
 @dataclass
@@ -115,10 +109,6 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     """Fill ``plan`` for the fused kernel: tile, constexprs, tables, RHT signs, amax pass."""
     import torch
 
-    from fp4lab.emulator.philox import sr_elements_per_call
-    from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
-    import triton
-
     from fp4lab.kernels.fakequant import _amax2_kernel, _fake_quant_kernel, _tensor_scales_kernel
     from fp4lab.kernels.host import CachedLaunch, device_array, interpreting
     from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
@@ -128,8 +118,8 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     dev = x.device
     tr, tc = block_extents(fmt)
     two_d = tr > 1
-    rk = _check_size(along_k.rht) if along_k is not None and along_k.rht is not None else 0
-    rm = _check_size(along_m.rht) if along_m is not None and along_m.rht is not None else 0
+    rk = check_rht_size(along_k.rht) if along_k is not None and along_k.rht is not None else 0
+    rm = check_rht_size(along_m.rht) if along_m is not None and along_m.rht is not None else 0
     ep = element_params(fmt, mode)
     sp = scale_params(fmt)
     interp = interpreting()
@@ -268,8 +258,6 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
     """Check the arguments and derive everything a launch needs (see ``fake_quantize_triton``)."""
     import torch
 
-    from fp4lab.emulator.philox import check_sr_bits
-    from fp4lab.emulator.ref_quantize import check_rounding
     from fp4lab.kernels.host import check_device, interpreting, scratch_f32
     from fp4lab.kernels.params import block_extents
 
@@ -314,7 +302,6 @@ def _make_plan(x: Any, fmt: QuantFormat, rounding: str | None, along_k: Blocking
 
 
 def _check_extents(fmt: QuantFormat, M: int, K: int, along_k: Blocking | None, along_m: Blocking | None) -> None:
-    from fp4lab.emulator.blocks import BlockView
 
     if along_k is not None:
         BlockView.for_format((M, K), fmt, -1)
@@ -330,7 +317,6 @@ def _check_extents(fmt: QuantFormat, M: int, K: int, along_k: Blocking | None, a
 def _fallback(x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
               sr_bits: int, out_dtype: Any, apply_ts: bool) -> tuple:
     """Quantize kernel + dequantize kernel per output (same bits, two passes each)."""
-    from fp4lab.emulator.options import QuantizeOptions
     from fp4lab.kernels.dequantize_launch import dequantize_triton
     from fp4lab.kernels.quantize_launch import quantize_triton
 

@@ -20,7 +20,6 @@ Outputs: uint8 codes (a ``torch.float8_e4m3fn`` view), fp32 scales ``2^r`` and i
 
 from __future__ import annotations
 
-
 import triton
 import triton.language as tl
 

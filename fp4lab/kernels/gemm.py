@@ -9,7 +9,7 @@
 * per-block path (fp32/bf16 block scales, e.g. UFP4): for each block b in ascending K,
   ``P_b = tl.dot(values_a, values_b.T)`` over the block's K elements is exact (4-bit grid products on a common
   quantum, checked on the host), then ``acc = acc + (P_b * Sa_b) * Sb_b`` in fp32, one rounding per operation.
-  This path is fully defined by its fp32 operations, so ``fp4lab.emulator.gemm_reference`` reproduces it bit for bit.
+  This path is fully defined by its fp32 operations, so ``fp4lab.numerics.gemm_reference`` reproduces it bit for bit.
 
 Two-level formats: ``C = (acc * ts_a) * ts_b``. ``fast``: both operands dequantized to bf16 by the Triton
 kernel (without the tensor scales; exact for fold-path formats, RTNE-rounded otherwise), one cuBLAS bf16 GEMM

@@ -8,6 +8,7 @@ import triton
 
 from fp4lab.kernels import gemm as gemm_dev
 from fp4lab.kernels.params import gemm_plan
+from fp4lab.numerics.blocks import BlockView
 
 
 def _fp32_mm(a, b):
@@ -33,7 +34,8 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         raise InputError(f"gemm: mode '{mode}' is unknown; use 'exact' or 'fast'")
     fmt = qa.fmt
     if qb.fmt != fmt:
-        raise InputError(f"gemm: operands use different formats ('{fmt.name}' and '{qb.fmt.name}'); quantize both alike")
+        raise InputError(f"gemm: operands use different formats ('{fmt.name}' and '{qb.fmt.name}'); "
+                         "quantize both alike")
     for q, nm in ((qa, "qa"), (qb, "qb")):
         check_device(q.codes, "gemm")
         if len(q.shape) != 2 or q.axis != 1:
@@ -46,7 +48,6 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         raise InputError(f"gemm: K differs: qa is {qa.shape}, qb is {qb.shape}")
     sp = scale_params(fmt)
     if sp.method:
-        from fp4lab.emulator.blocks import BlockView
 
         for q, nm in ((qa, "qa"), (qb, "qb")):
             want = tuple(BlockView.for_format(q.shape, fmt, 1).scale_shape)
@@ -85,7 +86,8 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     c = torch.empty((M, N), dtype=f32, device=dev)
     opts = {} if interp else {"enable_fp_fusion": False, "num_warps": warps, "num_stages": stages}
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
-    gemm_dev._gemm_kernel[grid](qa.codes.contiguous(), qb.codes.contiguous(), sa.contiguous(), sb.contiguous(), tsa, tsb, c,
+    gemm_dev._gemm_kernel[grid](qa.codes.contiguous(), qb.codes.contiguous(), sa.contiguous(), sb.contiguous(), tsa,
+                                tsb, c,
                        device_array(fmt.element.values.astype(np.float32), dev),
                        device_array(sp.svals, dev), M, N, K, BM=bm, BN=bn, BK=bk, BS=max(bs, 1), TR=tr, GROUP_M=8,
                        FOLD=plan == "fold", INTERP=interp, SCALE=sp.cx, DEC=element_decode_kind(fmt), **opts)

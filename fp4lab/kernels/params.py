@@ -1,5 +1,5 @@
 """The Triton kernels' constants for a ``QuantFormat`` (host side, no triton import): the element and scale plans
-(``fp4lab.emulator.plan``) in the kernels' integer vocabulary, so a grid defined in a spec file runs without new
+(``fp4lab.numerics.plan``) in the kernels' integer vocabulary, so a grid defined in a spec file runs without new
 kernel code. Kernels never see a format's name, only small tables and constexprs.
 
 Element rounding (deterministic modes), the constexpr ``PATH`` (``plan.Encoder``):
@@ -9,7 +9,7 @@ Element rounding (deterministic modes), the constexpr ``PATH`` (``plan.Encoder``
 * 0 (sign-magnitude): ``code = m | signbit(t) * sign_or``, no table lookup.
 
 ``ElementCx.FBITS`` selects the bit-arithmetic encoders of ExMy grids for rtne and sr (``tile.encode_fbits_det`` /
-``encode_fbits_sr``, whose numpy twins in ``fp4lab.emulator.fbits`` were checked against the reference encoder).
+``encode_fbits_sr``, whose numpy twins in ``fp4lab.numerics.fbits`` were checked against the reference encoder).
 Stochastic rounding always uses the signed levels (``p = (t - lo) / (hi - lo)`` is not sign-symmetric in fp32).
 
 The kernels take these constants as three records, one constexpr each: ``ELEM`` (``ElementCx``, the element
@@ -27,12 +27,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fp4lab.emulator.plan import (ElementPlan, Encoder, Overflow, ScaleChoice, ScaleKind, ScalePlan, ScaleRounding,
-                                  cached_per_format, element_plan, scale_plan)
-from fp4lab.emulator.range_policy import kernel_constants
 from fp4lab.errors import InputError
 from fp4lab.formats.grids import FloatGrid, IntGrid
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.numerics.plan import (
+    ElementPlan,
+    Encoder,
+    Overflow,
+    ScaleChoice,
+    ScaleKind,
+    ScalePlan,
+    ScaleRounding,
+    cached_per_format,
+    element_plan,
+    scale_plan,
+)
+from fp4lab.numerics.range_policy import kernel_constants
 
 F32 = np.float32
 
@@ -242,7 +252,8 @@ class ScaleParams:
     nan_prop: bool = True
     ediv: bool = True  # element scaling x / S (else x * (1/S))
     div_pow2: bool = False  # x / S == x * (1/S) exactly (single-level pow2 scales)
-    encode: bool = False  # TransformerEngine "encode" arithmetic (g = target*smax/amax_t, t = x * min(1/(S*ts), FLT_MAX))
+    # TransformerEngine "encode" arithmetic (g = target*smax/amax_t, t = x * min(1/(S*ts), FLT_MAX))
+    encode: bool = False
     cx: ScaleCx | None = None  # the constexpr record (scale_params)
 
 

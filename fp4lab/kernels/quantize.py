@@ -5,7 +5,7 @@ The kernel sees a tensor as a logical [M, K] matrix whose K axis is the blocked 
 (r, k) lives at flat index ``(r // INNER) * K * INNER + k * INNER + r % INNER`` of the C-contiguous input
 (``INNER`` = product of the axes after the blocked one; 1 for the last axis and for 2-D tiles). The flat index
 also feeds the SR contract: element i uses word i % 4 of ``tl.randint4x(seed, i // 4)`` >> 8. Arithmetic follows
-``fp4lab.emulator.ref_quantize`` step by step (see tile.py for the bit-exactness rules).
+``fp4lab.numerics.ref_quantize`` step by step (see tile.py for the bit-exactness rules).
 """
 
 from __future__ import annotations
@@ -14,9 +14,26 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.tile import (
-    FLT_MAX, bits_of, block_scale_codes, decode_scale, element_policies, encode_det, encode_fbits_det,
-    encode_fbits_sr, encode_float_scale, encode_sr, f32_of, is_finite, load_f32, load_tile, pair_tile, philox_pairs,
-    pow2_exponent, rht_pairs, rht_tile, scale_tile,
+    FLT_MAX,
+    bits_of,
+    block_scale_codes,
+    decode_scale,
+    element_policies,
+    encode_det,
+    encode_fbits_det,
+    encode_fbits_sr,
+    encode_float_scale,
+    encode_sr,
+    f32_of,
+    is_finite,
+    load_f32,
+    load_tile,
+    pair_tile,
+    philox_pairs,
+    pow2_exponent,
+    rht_pairs,
+    rht_tile,
+    scale_tile,
 )
 
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 import numpy as np
 import triton
 
-from fp4lab.emulator.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
 from fp4lab.kernels import quantize as qk
+from fp4lab.numerics.blocks import BlockView
+from fp4lab.numerics.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
+from fp4lab.numerics.philox import sr_elements_per_call
+from fp4lab.numerics.ref_quantize import check_rounding
+from fp4lab.numerics.rht import check_rht_size, rht_scale, rht_signs
 
 _TABLE_SETS: dict[tuple, tuple] = {}
 
@@ -57,10 +61,6 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
     """
     import torch
 
-    from fp4lab.emulator.blocks import BlockView
-    from fp4lab.emulator.philox import sr_elements_per_call
-    from fp4lab.emulator.ref_quantize import check_rounding
-    from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
     from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view, scratch_f32
     from fp4lab.kernels.params import block_extents, element_params, scale_params
@@ -77,7 +77,7 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
     mv = matrix_view(shape, view.axis, two_d)
     rht_n = 0
     if rht is not None:
-        rht_n = _check_size(rht)
+        rht_n = check_rht_size(rht)
         if mv.K % rht_n:
             raise InputError(f"rht: axis {view.axis} has length {mv.K}, which is not a multiple of size={rht_n}")
     dev = x.device
@@ -106,7 +106,8 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
             qk._amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk, IN_KIND=in_kind,
                                INNER1=inner1, RHT_N=rht_n, **opts)
             amax_buf = part.max().reshape(1)
-    sdtype = {0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16, 4: torch.uint8}[sp.skind] if sp.method else torch.uint8
+    sdtype = ({0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16, 4: torch.uint8}[sp.skind]
+              if sp.method else torch.uint8)
     sshape = view.scale_shape if sp.method else (0,)
     codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
     scodes = torch.empty(sshape, dtype=sdtype, device=dev)

@@ -1,4 +1,4 @@
-"""Triton randomized Hadamard transform along one axis, bit-identical to ``fp4lab.emulator.rht``.
+"""Triton randomized Hadamard transform along one axis, bit-identical to ``fp4lab.numerics.rht``.
 
 Forward ``c * FWHT(s * v)``, inverse ``s * (c * FWHT(v))`` on consecutive ``size``-element chunks, with the fp32
 butterfly stages h = 1, 2, ..., size/2 done in registers (``tile.fwht``) and c = fp32(1/sqrt(size)).

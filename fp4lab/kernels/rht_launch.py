@@ -5,19 +5,19 @@ from __future__ import annotations
 import triton
 
 from fp4lab.kernels import rht as rk
+from fp4lab.numerics.blocks import normalize_axis
+from fp4lab.numerics.rht import check_rht_size, rht_scale, rht_signs
 
 
 def rht_triton(x, size=16, seed=0, axis=-1, inverse=False, tile=None):
     """fp32 tensor: RHT of torch tensor ``x`` (bf16/fp16/fp32/fp64) in ``size`` chunks along ``axis``."""
     import torch
 
-    from fp4lab.emulator.blocks import normalize_axis
-    from fp4lab.emulator.rht import _check_size, rht_scale, rht_signs
     from fp4lab.errors import InputError
     from fp4lab.kernels.host import device_array, interpreting, kernel_input, matrix_view
     from fp4lab.kernels.quantize_launch import tile_shape
 
-    n = _check_size(size)
+    n = check_rht_size(size)
     xin, in_kind = kernel_input(x, "rht")
     shape = tuple(x.shape)
     if not shape:

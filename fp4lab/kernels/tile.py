@@ -222,7 +222,7 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, ELEM: tl.constexpr):
 @triton.jit
 def encode_fbits_det(t, ELEM: tl.constexpr):
     """RTNE codes of fp32 ``t`` on an ExMy float grid, the minimum over binades of magic-number roundings
-    (emulator.fbits.fbits_det is the numpy twin and states the argument): magnitude code | sign * SIGN_OR. NaN/overflow
+    (numerics.fbits.fbits_det is the numpy twin and states the argument): magnitude code | sign * SIGN_OR. NaN/overflow
     policies are applied by the caller. ``tl.fma`` is safe in the interpreter here: its product is exact (a
     power-of-two multiple), so one rounding equals the interpreter's two."""
     FB_M: tl.constexpr = ELEM.FB_M
@@ -249,7 +249,7 @@ def encode_fbits_det(t, ELEM: tl.constexpr):
 def _floor_fma(a, b, c):
     """fp32 whose floor is floor(a * b + c) (exact): on the GPU the FMA rounded toward -inf (``fma.rm.f32``, which
     keeps the floor of its exact result); in the interpreter that floor, in float64 (exact for the encoder's
-    operands: ``emulator.fbits._floor_sum``)."""
+    operands: ``numerics.fbits._floor_sum``)."""
     if INTERPRETED:
         return tl.floor(a.to(tl.float64) * b + c.to(tl.float64)).to(tl.float32)
     else:
@@ -262,7 +262,7 @@ def encode_fbits_sr(t, v, ELEM: tl.constexpr):
     2^24 of their comparands c (``_sr_draw``): per binade j the candidate |floor(t * s_j + v)| + o_j, each floor
     an FMA rounded down and then rounded down onto sign * (SR_MAGIC + o_j), whose bits hold the candidate; binade
     0 as the reference rounds it for t < 0 (p = fl(1 + t * s_0)). The code is the smallest candidate and FB_CMAX
-    (``emulator.fbits.fbits_sr`` is the numpy twin and states the argument); | sign * SIGN_OR."""
+    (``numerics.fbits.fbits_sr`` is the numpy twin and states the argument); | sign * SIGN_OR."""
     FB_M: tl.constexpr = ELEM.FB_M
     FB_EMIN: tl.constexpr = ELEM.FB_EMIN
     FB_CMAX: tl.constexpr = ELEM.FB_CMAX
@@ -495,7 +495,7 @@ def _sr_comparand(r, SRW: tl.constexpr):
 def _sr_draw(r, SRW: tl.constexpr, AS_V: tl.constexpr):
     """A SRW-bit draw r (int32) as the encoders take it: the 24-bit comparand c = ``r << (24 - SRW) | (2^(24 -
     SRW) - 1)``, or with AS_V the fp32 v = (2^24 - 1 - c) / 2^24 = (2^SRW - 1 - r) / 2^SRW (exact: at most 24
-    bits), for ``encode_fbits_sr`` (``emulator.fbits.sr_v``)."""
+    bits), for ``encode_fbits_sr`` (``numerics.fbits.sr_v``)."""
     if AS_V:
         return (r ^ ((1 << SRW) - 1)).to(tl.float32) * (2.0 ** -SRW)
     else:
@@ -557,7 +557,7 @@ def _draw_at(seed, addr, SRW: tl.constexpr, AS_V: tl.constexpr):
 def philox_pairs(seed, addr_e, addr_o, rows, k0, K, R: tl.constexpr, C2: tl.constexpr, FAST: tl.constexpr,
                  SRW: tl.constexpr = 24, FBITS: tl.constexpr = False):
     """SR draws for the even and odd halves at random-bit width SRW (the contract of
-    ``fp4lab.emulator.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
+    ``fp4lab.numerics.philox.sr_random_bits_reference``; SRW = 24: word (i % 4) of randint4x(seed, i // 4) >> 8,
     i = address): 24-bit comparands (int32), or with FBITS (the element encoder is the bit-arithmetic one) the
     fp32 v that ``encode_fbits_sr`` takes (``_sr_draw``). FAST (rows contiguous, K and k0 multiples of the
     elements per call): one Philox call per 4 (SRW = 24) or 4 * 32 / SRW consecutive elements."""

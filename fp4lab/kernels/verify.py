@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from fp4lab.emulator.options import QuantizeOptions
+from fp4lab.numerics.fakequant import fake_quantize_reference
+from fp4lab.numerics.options import QuantizeOptions
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.testing.bits import bit_patterns, mismatch_mask
 from fp4lab.testing.inputs import FLT_MAX, make_inputs, range_edge_input  # noqa: F401 (range_edge_input: API)
 
@@ -234,7 +236,6 @@ def case_options(case: Case) -> QuantizeOptions:
 
 
 def reference_fields(case: Case, x: np.ndarray) -> dict[str, np.ndarray]:
-    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
     from fp4lab.formats.registry import get_format
 
     with np.errstate(all="ignore"):
@@ -274,7 +275,6 @@ def _fq_blockings(case: Case) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def fakequant_reference_fields(case: Case, x: np.ndarray) -> dict[str, np.ndarray]:
-    from fp4lab.emulator.fakequant import fake_quantize_reference
     from fp4lab.formats.registry import get_format
 
     fmt = get_format(case.fmt)

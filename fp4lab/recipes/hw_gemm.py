@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fp4lab.emulator.options import QuantizeOptions
 from fp4lab.errors import InputError
+from fp4lab.numerics.options import QuantizeOptions
 from fp4lab.recipes import operands, runtime
 from fp4lab.recipes.hw_numerics import plans, recipe_numerics, reduction_error
 

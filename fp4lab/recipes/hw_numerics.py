@@ -110,7 +110,8 @@ def _operand_error(op: str, fmt: Any, role: str, kind: Any, axis: str) -> str | 
 
 def resolve_numerics(text: str, formats: dict[str, Any], gemm_dtype: str) -> Numerics:
     """The ``Numerics`` of ``text`` for operand formats ``formats`` ({"x", "w", "dy"}: format name or None);
-    raises ValueError with one line starting "gemm_numerics:" naming what the hardware does not take."""
+    raises SpecError (a ValueError, so a recipe's validator reports it) with one line starting "gemm_numerics:"
+    naming what the hardware does not take."""
     hw_name, kind_name = split_numerics(text)
     from fp4lab.hwspec.mma import kind_params
     from fp4lab.hwspec.mma_plan import GPU_ALGORITHMS

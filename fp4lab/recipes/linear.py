@@ -33,8 +33,7 @@ from fp4lab.recipes import streams
 from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe, load_recipe_text, recipe_to_toml
 from fp4lab.recipes.operands import gemm_torch_dtype
 from fp4lab.recipes.ops import OperandSpec, QuantLinearFunction
-from fp4lab.recipes.runtime import (GEMMS, LayerSpec, register_format, register_recipe, register_shard, runtime,
-                                    sr_keys)
+from fp4lab.recipes.runtime import GEMMS, LayerSpec, register_format, register_recipe, register_shard, runtime, sr_keys
 
 
 class QuantLinear(torch.nn.Linear):

@@ -2,7 +2,7 @@
 (axis 0), on the device it lives on.
 
 CUDA tensors go through the fused Triton kernel (one read of the tensor for both blockings); CPU tensors through
-the numba emulator. Both give the bits of ``fp4lab.emulator.fakequant.fake_quantize_reference``: the dequantized
+the numba emulator. Both give the bits of ``fp4lab.numerics.fakequant.fake_quantize_reference``: the dequantized
 values in the rotated basis, rounded to bf16 (``gemm_dtype = "bf16"``, and the FP8 dtypes, whose GEMMs convert
 these operands) or exact in fp32 (``"fp32"``).
 """
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.kernels.fakequant_launch import Blocking
+from fp4lab.numerics.options import Blocking
 
 Operands = tuple[Any, Any, Any, Any]  # (along K, along M, tensor scale along K, tensor scale along M)
 
@@ -47,7 +47,7 @@ def fake_quant_operands(t: torch.Tensor, fmt: QuantFormat | None, rounding: str 
         if not fold_tensor_scale:
             tsk = tsm = None
         return yk, ym, tsk, tsm
-    from fp4lab.emulator.fakequant import fake_quantize_emulated
+    from fp4lab.emulator.quantize import fake_quantize_emulated
 
     x = t.detach().to(torch.float32).contiguous().numpy()
     out: list[Any] = []

@@ -181,7 +181,7 @@ class OperandSpec:
 
 
 def _blocking(rht: int, rht_seed: int, seed: Tensor) -> Any:
-    from fp4lab.kernels.fakequant_launch import Blocking
+    from fp4lab.numerics.options import Blocking
 
     return None if rht < 0 else Blocking(rht or None, rht_seed, seed)
 

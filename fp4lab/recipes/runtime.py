@@ -29,7 +29,7 @@ import torch
 
 from fp4lab.errors import InputError
 from fp4lab.formats.registry import get_format
-from fp4lab.kernels.fakequant_launch import Blocking
+from fp4lab.numerics.options import Blocking
 from fp4lab.recipes import fp8_gemm, streams
 from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, recipe_to_toml
 from fp4lab.recipes.operands import fake_quant_operands, gemm_torch_dtype
@@ -303,9 +303,10 @@ def sr_keys(state: torch.Tensor, advance: bool) -> torch.Tensor:
     (int64 [2]: stream, step), bit for bit ``streams.sr_seed``; ``advance``: then add 1 to the step in place."""
     keys = torch.empty((len(streams.USES), 2), dtype=torch.int64, device=state.device)  # (column 1: padding)
     if state.is_cuda or TRITON_ON_CPU:
+        import numpy as np
+
         from fp4lab.kernels.host import device_array
         from fp4lab.kernels.sr_keys_launch import sr_keys_triton
-        import numpy as np
 
         sr_keys_triton(state, device_array(np.array(streams.mixed_uses(), np.int64), state.device), keys, advance)
         return keys

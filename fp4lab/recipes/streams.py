@@ -1,14 +1,15 @@
 """Random streams of a training run: which Philox key each stochastic rounding and each RHT sign vector uses.
 
 Every quantization of a training step that rounds stochastically draws its bits from its own Philox key
-(``fp4lab.emulator.philox``: key = 64-bit seed, counter = element index), derived from a stable identity:
+(``fp4lab.numerics.philox``: key = 64-bit seed, counter = element index), derived from a stable identity:
 
     stream(layer)         = mix(blake2b-64(qualified name)), or mix(seed) for a layer built without a name
     sr_seed(layer, step, use) = 2^62 | (mix(stream ^ mix(step ^ mix(use))) mod 2^62)
 
 ``use`` names the operand and the GEMM ("dy.dgrad", "dy.wgrad", "x.fprop", ...); ``step`` counts the layer's
 backward passes (``fp4lab.recipes.linear.QuantLinear``: a layer's stream and step live in device memory, and
-``fp4lab.kernels.sr_keys`` computes the same keys there). ``mix`` is the splitmix64 finalizer (a bijection of 64-bit integers), so different
+``fp4lab.kernels.sr_keys`` computes the same keys there). ``mix`` is the splitmix64 finalizer (a bijection of 64-bit
+integers), so different
 (stream, step, use) give different keys except with probability about 2^-62 per pair. The top bit pattern
 ``2^62 | ...`` keeps every key in [2^62, 2^63): one signed 64-bit kernel argument type for all of them.
 RHT signs: ``rht_seed`` for every layer ("fixed"), or ``mix(stream ^ rht_seed) mod 2^62`` ("per_layer").

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp4lab.emulator.ref_encode import encode_elements
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.numerics.ref_encode import encode_elements
 
 F32 = np.float32
 

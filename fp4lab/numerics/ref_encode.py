@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fp4lab.errors import InputError
 from fp4lab.formats.grids import _GridBase
 from fp4lab.formats.scales import ScaleFormat
-from fp4lab.errors import InputError
 
 TWO24 = np.float32(16777216.0)
 

@@ -1,16 +1,18 @@
-"""``QuantizeOptions``: the options of one quantize call, checked once and taken by every quantize backend.
+"""``QuantizeOptions``: the options of one quantize call, checked once and taken by every quantize backend;
+``Blocking``: the options of one fake-quantized copy of a GEMM operand.
 
-``fp4lab.quantize`` builds one record from its arguments; ``quantize_reference``, ``quantize_emulated`` (here, in
-``fp4lab.emulator``), ``quantize_cuda`` and ``quantize_triton`` (``fp4lab.kernels``) take it instead of repeating
-the seven-argument signature, and each returns a ``QuantizedTensor`` (docs/numerics.md, "Pipeline").
+``fp4lab.quantize`` builds one record from its arguments; ``quantize_reference`` (``fp4lab.numerics``),
+``quantize_emulated`` (``fp4lab.emulator``), ``quantize_cuda`` and ``quantize_triton`` (``fp4lab.kernels``) take it
+instead of repeating the seven-argument signature, and each returns a ``QuantizedTensor`` (docs/numerics.md,
+"Pipeline"). The training recipes ask for each fake-quantized operand with a ``Blocking``, on the CPU and the GPU.
 
-Why this module: the record's checks speak the emulator's vocabulary (the stochastic-rounding widths, the
-Philox seed range, the RHT sizes), so it belongs to ``fp4lab.emulator``, below every user of the record
-(``fp4lab.kernels``, ``fp4lab.recipes``, ``fp4lab.api`` and the facade) and above ``fp4lab.quantized``, which
-therefore holds no options (tests/test_package_graph.py). Those vocabularies and their checks live here, and
-``philox``, ``rht`` and ``quantize`` import them from here, so that this module imports only ``fp4lab.errors``,
-``fp4lab.formats.grids`` and numpy: no numba, so ``import fp4lab`` (which exports the record) stays light, and
-no import cycle inside the emulator.
+Why this module: the records' checks speak the vocabulary of the bits (the stochastic-rounding widths, the
+Philox seed range, the RHT sizes), so they belong to ``fp4lab.numerics``, below every backend and every user of
+the records (``fp4lab.kernels``, ``fp4lab.recipes``, ``fp4lab.api`` and the facade) and above
+``fp4lab.quantized``, which therefore holds no options (tests/test_package_graph.py). Those vocabularies and
+their checks live here, and ``philox``, ``rht`` and the backends import them from here, so that this module
+imports only ``fp4lab.errors``, ``fp4lab.formats.grids`` and numpy: ``import fp4lab`` (which exports
+``QuantizeOptions``) stays light, and there is no import cycle inside ``fp4lab.numerics``.
 """
 
 from __future__ import annotations
@@ -115,3 +117,14 @@ def as_options(options: Any, what: str = "quantize") -> QuantizeOptions:
         raise InputError(f"{what}: options must be a QuantizeOptions (fp4lab.QuantizeOptions), got "
                          f"{type(options).__name__}")
     return options
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """One fake-quantized copy of a 2-D tensor: the RHT along the blocked axis first (``rht`` = size or None,
+    signs from ``rht_seed``), stochastic rounding from ``seed`` (unused by deterministic roundings): an int, or a
+    1-element int64 device tensor holding it, read by the kernel when it runs (CUDA-graph capture)."""
+
+    rht: int | None = None
+    rht_seed: int = 0
+    seed: Any = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp4lab.emulator.ref_encode import decode_elements as decode_ref
+from fp4lab.numerics.ref_encode import decode_elements as decode_ref
 
 
 def gemm_reference(qa, qb) -> np.ndarray:

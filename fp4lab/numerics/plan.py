@@ -27,10 +27,10 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from fp4lab.emulator.fbits import fbits_ok
-from fp4lab.emulator.ref_encode import nan_element_code, special_scale_code
 from fp4lab.formats.grids import FloatGrid
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.numerics.fbits import fbits_ok
+from fp4lab.numerics.ref_encode import nan_element_code, special_scale_code
 
 F32 = np.float32
 
@@ -134,7 +134,7 @@ class ElementPlan:
 
 @dataclass(frozen=True, eq=False)
 class ScalePlan:
-    """Choosing, encoding and decoding the block scales of ``fmt`` (``ref_quantize.block_scale_codes``)."""
+    """Choosing, encoding and decoding the block scales of ``fmt`` (``scale_rule.block_scale_codes``)."""
 
     choice: ScaleChoice
     exponent_rule: ExponentRule | None = None
@@ -224,7 +224,8 @@ def _element_plan(fmt: QuantFormat, mode: str) -> ElementPlan:
             and g.subnormals and g.specials == "none"):
         m, emin = g.mantissa_bits, 1 - g.exponent_bias
         cmax, vmax = (1 << (g.bits - 1)) - 1, float(lv[-1])
-        if m >= 1 and emin - m >= -125 and vmax < 2.0 ** 126 and fbits_ok(fmt, m, emin, cmax, vmax, g.thresholds("rtne")):
+        if (m >= 1 and emin - m >= -125 and vmax < 2.0 ** 126
+                and fbits_ok(fmt, m, emin, cmax, vmax, g.thresholds("rtne"))):
             fb = (m, emin, cmax)
     return ElementPlan(
         mode=mode, encoder=enc, thresholds=_frozen(thr, F32), table_thr=_frozen(tthr, F32),

@@ -12,18 +12,21 @@ multiply to the unrotated product). For formats whose products ``value * S`` are
 without its tensor scale, UFP4-E4M3 without it, INT4 with E8M0 scales) the bf16 rounding changes nothing; for
 FP32-scaled formats (UFP4, the paper's E2M1 reference) it is one extra rounding of each operand
 (docs/numerics.md).
-``fake_quantize_emulated`` is the numba twin (same bits).
+``fp4lab.emulator.quantize.fake_quantize_emulated`` is the numba twin (same bits).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 
-from fp4lab.emulator.options import QuantizeOptions
+from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
+from fp4lab.numerics.options import QuantizeOptions
+from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.quantized import QuantizedTensor
 
 F32 = np.float32
@@ -40,7 +43,10 @@ def bf16_rtne(v: np.ndarray) -> np.ndarray:
     return r.astype(np.uint32).view(F32)
 
 
-def _finish(qt: QuantizedTensor, dequantize, dtype: GemmDtype, apply_tensor_scale: bool) -> np.ndarray:
+def fake_quant_values(qt: QuantizedTensor, dequantize: Callable[..., np.ndarray], dtype: GemmDtype,
+                      apply_tensor_scale: bool) -> np.ndarray:
+    """The GEMM operand of ``qt``: ``dequantize(qt, rotated=True)`` (without the tensor scale unless
+    ``apply_tensor_scale``), rounded to bf16 for dtype "bf16"; float32."""
     if not apply_tensor_scale and qt.tensor_scale is not None:
         qt = dataclasses.replace(qt, tensor_scale=None)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -48,9 +54,8 @@ def _finish(qt: QuantizedTensor, dequantize, dtype: GemmDtype, apply_tensor_scal
     return bf16_rtne(v) if dtype == "bf16" else np.ascontiguousarray(v, dtype=F32)
 
 
-def _check_dtype(dtype: str) -> None:
-    from fp4lab.errors import InputError
-
+def check_gemm_dtype(dtype: str) -> None:
+    """A one-line ``InputError`` unless ``dtype`` is "bf16" or "fp32"."""
     if dtype not in ("bf16", "fp32"):
         raise InputError(f"fake_quantize: dtype must be 'bf16' or 'fp32', got {dtype!r}")
 
@@ -60,20 +65,6 @@ def fake_quantize_reference(x: np.ndarray, fmt: QuantFormat, rounding: str | Non
                             dtype: GemmDtype = "bf16", apply_tensor_scale: bool = True
                             ) -> tuple[np.ndarray, np.float32 | None]:
     """(float32 fake-quantized values of x, the tensor scale or None); see the module docstring."""
-    from fp4lab.emulator.ref_quantize import dequantize_reference, quantize_reference
-
-    _check_dtype(dtype)
+    check_gemm_dtype(dtype)
     qt = quantize_reference(x, fmt, QuantizeOptions(rounding, seed, axis, rht, rht_seed, sr_bits))
-    return _finish(qt, dequantize_reference, dtype, apply_tensor_scale), qt.tensor_scale
-
-
-def fake_quantize_emulated(x: np.ndarray, fmt: QuantFormat, rounding: str | None = None, seed: int = 0,
-                           axis: int = -1, rht: int | None = None, rht_seed: int = 0, sr_bits: int = 24,
-                           dtype: GemmDtype = "bf16", apply_tensor_scale: bool = True
-                           ) -> tuple[np.ndarray, np.float32 | None]:
-    """Numba twin of ``fake_quantize_reference`` (same bits)."""
-    from fp4lab.emulator.quantize import dequantize_emulated, quantize_emulated
-
-    _check_dtype(dtype)
-    qt = quantize_emulated(x, fmt, QuantizeOptions(rounding, seed, axis, rht, rht_seed, sr_bits))
-    return _finish(qt, dequantize_emulated, dtype, apply_tensor_scale), qt.tensor_scale
+    return fake_quant_values(qt, dequantize_reference, dtype, apply_tensor_scale), qt.tensor_scale

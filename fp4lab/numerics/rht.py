@@ -22,13 +22,13 @@ import functools
 
 import numpy as np
 
-from fp4lab.emulator.jit import njit
-from fp4lab.emulator.options import RHT_SIZES  # the allowed sizes, beside the other checks of quantize's options
-from fp4lab.emulator.philox import philox4x32_reference
 from fp4lab.errors import InputError
+from fp4lab.numerics.options import RHT_SIZES  # the allowed sizes, beside the other checks of quantize's options
+from fp4lab.numerics.philox import philox4x32_reference
 
 
-def _check_size(size: int) -> int:
+def check_rht_size(size: int) -> int:
+    """``int(size)`` if it is an allowed RHT size (``RHT_SIZES``), else a one-line ``InputError``."""
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or int(size) not in RHT_SIZES:
         raise InputError(f"rht: size must be one of {', '.join(map(str, RHT_SIZES))}, got {size!r}")
     return int(size)
@@ -36,12 +36,12 @@ def _check_size(size: int) -> int:
 
 def rht_scale(size: int) -> np.float32:
     """fp32(1/sqrt(size)): the float64 quotient rounded once to float32 (RTNE)."""
-    return np.float32(1.0 / np.sqrt(np.float64(_check_size(size))))
+    return np.float32(1.0 / np.sqrt(np.float64(check_rht_size(size))))
 
 
 def hadamard_matrix(size: int) -> np.ndarray:
     """Normalized Sylvester Hadamard matrix H (float64, symmetric): H[0] = 1/sqrt(n), H_2n = [[H, H], [H, -H]]."""
-    n = _check_size(size)
+    n = check_rht_size(size)
     h = np.ones((1, 1))
     while h.shape[0] < n:
         h = np.block([[h, h], [h, -h]])
@@ -50,7 +50,7 @@ def hadamard_matrix(size: int) -> np.ndarray:
 
 def rht_signs(size: int, seed: int = 0) -> np.ndarray:
     """float32 +-1 vector of length size: entry j is -1 iff bit 31 of word j % 4 of randint4x(seed, j // 4) is set."""
-    return _rht_signs_cached(_check_size(size), int(seed)).copy()
+    return _rht_signs_cached(check_rht_size(size), int(seed)).copy()
 
 
 @functools.lru_cache(maxsize=256)
@@ -59,7 +59,7 @@ def _rht_signs_cached(n: int, seed: int) -> np.ndarray:
     return np.where(words >> np.uint32(31), np.float32(-1.0), np.float32(1.0)).astype(np.float32)
 
 
-def _as_blocks(x: np.ndarray, size: int, axis: int) -> tuple[np.ndarray, tuple[int, ...], int]:
+def rht_blocks(x: np.ndarray, size: int, axis: int) -> tuple[np.ndarray, tuple[int, ...], int]:
     """Copy of x as C-contiguous float32 with ``axis`` moved last, reshaped to (blocks, size)."""
     arr = np.asarray(x)
     if not (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16"):
@@ -76,12 +76,9 @@ def _as_blocks(x: np.ndarray, size: int, axis: int) -> tuple[np.ndarray, tuple[i
     return blocks.reshape(-1, size), moved.shape, ax
 
 
-def _restore(blocks: np.ndarray, moved_shape: tuple[int, ...], ax: int) -> np.ndarray:
+def rht_unblock(blocks: np.ndarray, moved_shape: tuple[int, ...], ax: int) -> np.ndarray:
+    """Inverse of ``rht_blocks``: the (blocks, size) rows back in x's shape, C-contiguous."""
     return np.ascontiguousarray(np.moveaxis(blocks.reshape(moved_shape), -1, ax))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# plain-numpy reference
 
 
 def _fwht_reference(u: np.ndarray) -> np.ndarray:
@@ -97,9 +94,10 @@ def _fwht_reference(u: np.ndarray) -> np.ndarray:
 
 
 def rht_reference(x: np.ndarray, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> np.ndarray:
-    """Readable definition of ``rht`` (same arguments, same float32 bits)."""
-    n = _check_size(size)
-    blocks, moved_shape, ax = _as_blocks(x, n, axis)
+    """The definition of the RHT (module docstring); ``fp4lab.emulator.nb_rht.rht`` is its numba twin (same
+    arguments, same float32 bits)."""
+    n = check_rht_size(size)
+    blocks, moved_shape, ax = rht_blocks(x, n, axis)
     signs = rht_signs(n, seed)
     c = rht_scale(n)
     with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN results are data here, as in the numba twin
@@ -107,48 +105,4 @@ def rht_reference(x: np.ndarray, size: int = 16, seed: int = 0, axis: int = -1, 
             out = (_fwht_reference(blocks) * c) * signs
         else:
             out = _fwht_reference(blocks * signs) * c
-    return _restore(out, moved_shape, ax)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# numba twin
-
-
-@njit(cache=True)
-def rht_block_inplace(v, signs, inverse):
-    """Rotate one contiguous float32 block v (length n = len(signs), a power of two) in place.
-    forward: v <- c * FWHT(signs * v); inverse: v <- signs * (c * FWHT(v)); c = fp32(1/sqrt(n))."""
-    n = v.shape[0]
-    c = np.float32(1.0 / np.sqrt(np.float64(n)))
-    if not inverse:
-        for j in range(n):
-            v[j] = v[j] * signs[j]
-    h = 1
-    while h < n:
-        for i in range(0, n, 2 * h):
-            for j in range(i, i + h):
-                a = v[j]
-                b = v[j + h]
-                v[j] = a + b
-                v[j + h] = a - b
-        h *= 2
-    for j in range(n):
-        v[j] = v[j] * c
-    if inverse:
-        for j in range(n):
-            v[j] = v[j] * signs[j]
-
-
-@njit(cache=True)
-def _rht_rows(blocks, signs, inverse):
-    for r in range(blocks.shape[0]):
-        rht_block_inplace(blocks[r], signs, inverse)
-
-
-def rht(x: np.ndarray, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> np.ndarray:
-    """Randomized Hadamard transform of consecutive ``size``-element chunks along ``axis``; float32 result of x's
-    shape. ``inverse=True`` undoes the forward transform with the same seed (up to fp32 rounding)."""
-    n = _check_size(size)
-    blocks, moved_shape, ax = _as_blocks(x, n, axis)
-    _rht_rows(blocks, rht_signs(n, seed), bool(inverse))
-    return _restore(blocks, moved_shape, ax)
+    return rht_unblock(out, moved_shape, ax)

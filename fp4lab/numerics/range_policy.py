@@ -5,7 +5,8 @@ The numpy definitions (the numba twin and the Triton kernels reproduce them; doc
 * ``tensor_scale_bounds``: two-level formats clamp the tensor scale to ``[lo, hi]``. ``hi`` is the largest
   float32 ``t`` with ``float32(float32(L * S) * t)`` (``float32(L * float32(S * t))`` for ``dequantize_order =
   "scale_product_first"``) finite, ``L`` the grid's largest magnitude and ``S`` the largest scale the format
-  stores, so no code decodes to Inf. ``lo`` (reciprocal element scaling only) is ``RECIP_TS_FLOOR``, the smallest float32 whose
+  stores, so no code decodes to Inf. ``lo`` (reciprocal element scaling only) is ``RECIP_TS_FLOOR``, the smallest
+  float32 whose
   reciprocal is finite, so ``float32(1/ts)`` never overflows.
 * ``multiplier_floor``: with reciprocal element scaling, a block with a non-zero amax whose non-zero scale ``S``
   has an infinite multiplier ``float32(float32(1/ts) / S)`` (``float32(1/S)`` single-level) takes the smallest
@@ -23,9 +24,9 @@ import numpy as np
 
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.scales import ScaleFormat
+from fp4lab.numerics.scale_rule import FLT_MAX, block_scale_codes
 
 F32 = np.float32
-FLT_MAX = np.finfo(F32).max
 RECIP_TS_FLOOR = np.array(0x00200001, np.uint32).view(F32)  # 2^-128 + 2^-149: float32(1/ts) finite from here up
 
 
@@ -48,8 +49,6 @@ def positive_scales(sfmt: ScaleFormat) -> tuple[np.ndarray, np.ndarray]:
 def _largest_scale(fmt: QuantFormat) -> np.float32:
     """Largest decoded finite scale stored for any input and tensor scale (the rule at amax = FLT_MAX, and the
     largest scale where Inf blocks saturate)."""
-    from fp4lab.emulator.ref_quantize import block_scale_codes
-
     tiny = np.array(1, np.uint32).view(F32)
     top = F32(fmt.scale.max) if fmt.scale_rule.inf_policy == "saturate" else F32(0)
     for target in fmt.targets:
@@ -176,7 +175,8 @@ def decoded_caps(fmt: QuantFormat, S: np.ndarray) -> tuple[np.ndarray, np.ndarra
 @lru_cache(maxsize=256)
 def kernel_constants(fmt: QuantFormat) -> dict[str, float | int]:
     """Constexprs of the Triton kernels for these policies: ``TS_LO`` / ``TS_HI`` (two-level tensor-scale bounds
-    as fp32 bit patterns), ``BUMP_LO`` / ``BUMP_HI`` (the multiplier floor's search range of positive scale codes, ascending in value,
+    as fp32 bit patterns), ``BUMP_LO`` / ``BUMP_HI`` (the multiplier floor's search range of positive scale codes,
+    ascending in value,
     ``BUMP_HI = 0``: no floor) and ``S_CRIT`` (decoded-range caps for block scales >= S_CRIT; 0: none)."""
     out: dict[str, float | int] = {"TS_LO": 0, "TS_HI": 0x7F7FFFFF, "BUMP_LO": 0, "BUMP_HI": 0, "S_CRIT": 0.0}
     if fmt.scale_rule.method == "none":

@@ -2,15 +2,15 @@
 
 Pipeline for one tensor ``x`` (float32 after an RTNE cast from wider types), documented in docs/numerics.md:
 
-1. optional RHT along the blocked axis (``fp4lab.emulator.rht``);
+1. optional RHT along the blocked axis (``fp4lab.numerics.rht``);
 2. two-level formats: ``ts = amax_finite(x) / float32(target0 * smax)`` (``smax`` = ``max_scale`` or the scale
    format's maximum); ``ts = 1`` if that is zero or not finite. With ``scale_arithmetic = "encode"``
    (TransformerEngine): ``g = min(float32(target0 * smax) / amax, FLT_MAX)`` (``g = 1`` if zero) and
    ``ts = 1 / g``; a positive finite ts is then clamped to ``range_policy.tensor_scale_bounds`` (no code decodes to
    Inf; reciprocal element scaling: ``float32(1/ts)`` finite);
-3. per block: ``amax`` = max of the finite ``|x|``; block scale by the rule (``ScaleRule``); reciprocal element
-   scaling: a block with ``amax > 0`` whose non-zero scale has an infinite element multiplier takes
-   ``range_policy.multiplier_floor``; policies for all-zero, NaN and Inf blocks;
+3. per block: ``amax`` = max of the finite ``|x|``; block scale by the rule (``scale_rule.block_scale_codes``);
+   reciprocal element scaling: a block with ``amax > 0`` whose non-zero scale has an infinite element multiplier
+   takes ``range_policy.multiplier_floor``; policies for all-zero, NaN and Inf blocks;
 4. scaled element ``t`` (``x / S``; ``x * float32(1/S)``; two-level ``x / float32(S*ts)`` or
    ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; "encode" arithmetic:
    ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; with tensor scale 1
@@ -24,29 +24,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp4lab.emulator.blocks import BlockView
-from fp4lab.emulator.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
-from fp4lab.emulator.range_policy import clamp_tensor_scale, decoded_caps, multiplier_floor
-from fp4lab.emulator.ref_encode import (
-    decode_elements, encode_elements, encode_scale, f32_bits, special_scale_code,
-)
+from fp4lab.errors import InputError, SpecError
 from fp4lab.formats.grids import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.quantized import QuantizedTensor
-from fp4lab.errors import InputError, SpecError
 from fp4lab.formats.spec_io import one_line
+from fp4lab.numerics.blocks import BlockView
+from fp4lab.numerics.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
+from fp4lab.numerics.philox import sr_random_bits_reference
+from fp4lab.numerics.range_policy import clamp_tensor_scale, decoded_caps, multiplier_floor
+from fp4lab.numerics.ref_encode import decode_elements, encode_elements, special_scale_code
+from fp4lab.numerics.rht import rht_reference
+from fp4lab.numerics.scale_rule import FLT_MAX, block_scale_codes
+from fp4lab.quantized import QuantizedTensor
 
 F32 = np.float32
 
 
 def check_rounding(rounding: str | None, fmt: QuantFormat) -> str:
+    """The rounding mode a call uses (``fmt.rounding`` for None), or a one-line ``InputError`` if it is unknown."""
     mode = fmt.rounding if rounding is None else rounding
     if mode not in ROUNDING_MODES:
         raise InputError(f"quantize: rounding '{mode}' is unknown; use one of {', '.join(ROUNDING_MODES)}")
     return mode
-
-
-FLT_MAX = np.finfo(np.float32).max
 
 
 def tensor_scales(x: np.ndarray, fmt: QuantFormat) -> tuple[np.float32 | None, np.float32 | None]:
@@ -64,36 +63,6 @@ def tensor_scales(x: np.ndarray, fmt: QuantFormat) -> tuple[np.float32 | None, n
             return clamp_tensor_scale(F32(1.0) / g, fmt), F32(g)
         ts = amax / denom
     return (clamp_tensor_scale(ts, fmt) if (ts > 0 and np.isfinite(ts)) else F32(1.0)), None
-
-
-def block_scale_codes(amax: np.ndarray, fmt: QuantFormat, target: float, ts: np.float32 | None,
-                      g: np.float32 | None = None) -> np.ndarray:
-    """Scale codes for finite float32 block amaxes under ``fmt.scale_rule`` (policies not yet applied)."""
-    rule, sfmt = fmt.scale_rule, fmt.scale
-    if rule.ocp_exponent:
-        bits = f32_bits(amax).astype(np.int64)
-        if rule.method == "even":  # round amax to the element mantissa width first (torchao EVEN)
-            bits = (bits + (1 << (22 - fmt.element.mantissa_bits))) & 0x7F800000
-        e_amax = ((bits >> 23) & 0xFF) - 127
-        if rule.method == "ceil":
-            e_amax = e_amax + ((bits & 0x7FFFFF) != 0)
-        e = e_amax - fmt.emax_elem
-        return np.clip(e + sfmt.exponent_bias, 0, sfmt.pow2_nan_code - 1).astype(sfmt.code_dtype)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        if rule.scale_arithmetic == "encode":
-            ideal = np.minimum(amax * (F32(1.0 if g is None else g) * (F32(1.0) / F32(target))), FLT_MAX)
-            ts = None
-        elif rule.scale_division == "divide":
-            ideal = amax / F32(target)
-        else:
-            ideal = amax * (F32(1.0) / F32(target))
-        if ts is not None:
-            ideal = ideal / ts
-    if rule.min_scale is not None:
-        ideal = np.maximum(ideal, F32(rule.min_scale))
-    if rule.max_scale is not None:
-        ideal = np.minimum(ideal, F32(rule.max_scale))
-    return encode_scale(ideal.astype(F32), sfmt, rule.effective_rounding, rule.scale_overflow)
 
 
 def scale_elements(xb: np.ndarray, S: np.ndarray, ts: np.float32 | None, fmt: QuantFormat) -> np.ndarray:
@@ -190,9 +159,6 @@ def quantize_reference(x: np.ndarray, fmt: QuantFormat, options: QuantizeOptions
     """Quantize a float32 numpy array with ``fmt`` and ``options`` (see the module docstring for the exact
     arithmetic; ``options.sr_bits``: random bits per element of stochastic rounding,
     ``philox.sr_random_bits_reference``)."""
-    from fp4lab.emulator.philox import sr_random_bits_reference
-    from fp4lab.emulator.rht import rht_reference
-
     options = as_options(options)
     seed, axis, rht, rht_seed, sr_bits = options.seed, options.axis, options.rht, options.rht_seed, options.sr_bits
     mode = check_rounding(options.rounding, fmt)
@@ -227,8 +193,6 @@ def quantize_reference(x: np.ndarray, fmt: QuantFormat, options: QuantizeOptions
 
 def dequantize_reference(qt: QuantizedTensor, rotated: bool = False) -> np.ndarray:
     """float32 values ``value[code] * S`` (``* ts``); the RHT is undone unless ``rotated``."""
-    from fp4lab.emulator.rht import rht_reference
-
     fmt = qt.fmt
     codes = np.asarray(qt.codes)
     if fmt.scale_rule.method == "none":

@@ -39,7 +39,8 @@ class BlockView:
         block = tuple(fmt.block.shape)
         if len(block) == 2:
             if ndim < 2:
-                raise InputError(f"quantize: format '{fmt.name}' uses {block[0]}x{block[1]} tiles; input must be at least 2-D")
+                raise InputError(f"quantize: format '{fmt.name}' uses {block[0]}x{block[1]} tiles; input must be at "
+                                 "least 2-D")
             for ax, b in zip((ndim - 2, ndim - 1), block):
                 if shape[ax] % b:
                     raise InputError(f"quantize: axis {ax} has length {shape[ax]}, not a multiple of format "
