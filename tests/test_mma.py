@@ -444,7 +444,7 @@ def test_hopper_fp8_chain_loses_precision_and_promotion_recovers_it():
     assert err["chain"] > 4 * err["promote128"] and err["promote128"] > err["sm100"]
 
 
-# ---- operand formats are never guessed (issue 14 item 2) ---------------------------------------------------------
+# ---- operand formats are never guessed -------------------------------------------------------------------------
 def test_bf16_data_that_also_fits_f16_needs_a_name_on_tcgen05_f16():
     """2**-15 is a bf16 normal and an f16 subnormal: read as f16 it aligns at 2**-14, so the product 2**-15 * 2**15
     takes exponent 1 instead of 0 and the four 2**-25 terms fall below the quantum (1.0 instead of 1 + 2**-23).

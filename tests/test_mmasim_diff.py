@@ -290,14 +290,14 @@ def test_unexpressible_mmasim_models(arch, name, fmt, emin, wit):
         assert got != ref, f"{arch} {name}: fp4lab model {p} reproduces MMA-Sim on every witness"
 
 
-# ---- decisions of issue 14 items 3, 4, 6 checked against MMA-Sim ---------------------------------------------------
+# ---- numerics decisions checked against MMA-Sim ----------------------------------------------------------------------
 def _case(hw, kind, a, b=None, scale=None, block=None):
     return next(c for c in BY_KIND[(hw, kind)] if c.a == a and c.b == (b or a) and c.scale == scale
                 and (block is None or c.block == block))
 
 
 def test_cdna3_negative_underflow_keeps_its_sign_as_mmasim():
-    """Issue 14's minimal case: mfma f32_32x32x8_bf16, A = [0x8d80, 0...], B = [0x2180, 0...], C = +0. The product
+    """The minimal case: mfma f32_32x32x8_bf16, A = [0x8d80, 0...], B = [0x2180, 0...], C = +0. The product
     -2**-130 * 1.5 underflows under RNE; MMA-Sim's TR-FDPA (and fp4lab's zero_sign 'keep_underflow_sign') give -0,
     the NVIDIA kinds give +0."""
     a, b = np.zeros((1, 8), np.int64), np.zeros((1, 8), np.int64)
