@@ -9,8 +9,7 @@ import torch
 
 from fp4lab.errors import SpecError
 from fp4lab.kernels.fp8_convert_launch import to_e4m3_rows_triton
-from fp4lab.recipes import QuantLinear, Recipe, fake_quantize, get_recipe, load_recipe
-from fp4lab.recipes import fp8_gemm as fp8_module
+from fp4lab.recipes import QuantLinear, Recipe, backend, fake_quantize, get_recipe, load_recipe
 from fp4lab.recipes.fp8_gemm import R_MIN, E4M3Rows, e4m3_rows_reference, fp8_gemm
 
 E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
@@ -141,7 +140,7 @@ def test_fp8_gemm_takes_the_bf16_path_for_unfit_rows_and_columns(path, monkeypat
     """Through torch._scaled_mm (CPU here): unfit rows of A and columns of B equal the fp32-accumulated product
     of the bf16 operands (plus the bias, rounded once), the rest the FP8 product of the same values; the counts
     add up. ``triton``: the bf16 path by the device kernel (``fp4lab.kernels.unfit_mm``) in the interpreter."""
-    monkeypatch.setattr(fp8_module, "TRITON_ON_CPU", path == "triton")
+    monkeypatch.setattr(backend, "TRITON_ON_CPU", path == "triton")
     a, b = _unfit_case()
     a8, b8 = e4m3_rows_reference(a), e4m3_rows_reference(b)
     assert a8.unfit.nonzero().flatten().tolist() == [2, 17] and b8.unfit.nonzero().flatten().tolist() == [5]
@@ -234,13 +233,11 @@ def test_quantlinear_fp8_device_path_in_the_interpreter(monkeypatch):
     """The CUDA path of an FP8 layer, in the interpreter: the fake-quant and E4M3 conversion kernels,
     torch._scaled_mm, the unfit kernel for the bf16 path with its device-side counts. The counts equal the CPU
     path's, and the results agree with the mxfp4 recipe's within fp32 accumulation."""
-    from fp4lab.recipes import operands
 
     x, dy = _layer_inputs()
     _, cpu_stats = _layer_results("mxfp4-fp8", x, dy)
     ref, _ = _layer_results("mxfp4", x, dy)
-    monkeypatch.setattr(operands, "TRITON_ON_CPU", True)
-    monkeypatch.setattr(fp8_module, "TRITON_ON_CPU", True)
+    monkeypatch.setattr(backend, "TRITON_ON_CPU", True)
     got, dev_stats = _layer_results("mxfp4-fp8", x, dy)
     assert dev_stats == cpu_stats and cpu_stats["fprop"]["bf16_rows"] == 1 and cpu_stats["wgrad"]["bf16_rows"] > 0
     for g, want, k in zip(got[:3], ref[:3], (96, 64, 64)):

@@ -20,8 +20,14 @@ from fp4lab.errors import InputError, SpecError  # noqa: E402
 from fp4lab.formats.registry import get_format  # noqa: E402
 from fp4lab.hwspec.mma import kind_params  # noqa: E402
 from fp4lab.hwspec.registry import get_hw  # noqa: E402
-from fp4lab.recipes import QuantLinear, get_recipe, load_recipe, quantize_model, streams  # noqa: E402
-from fp4lab.recipes import operands as operands_module  # noqa: E402
+from fp4lab.recipes import (  # noqa: E402
+    QuantLinear,
+    backend,  # noqa: E402
+    get_recipe,
+    load_recipe,
+    quantize_model,
+    streams,
+)
 from fp4lab.recipes import runtime as runtime_module  # noqa: E402
 from fp4lab.recipes.config import Recipe  # noqa: E402
 from fp4lab.testing.bits import same_bits  # noqa: E402
@@ -39,8 +45,7 @@ UFP4_F16 = str(ROOT / "examples" / "recipes" / "ufp4-proposal-f16.toml")
 @pytest.fixture
 def triton_path(monkeypatch):
     """Route CPU tensors through the Triton kernels (interpreter): quantize, emulated MMA, SR keys."""
-    monkeypatch.setattr(operands_module, "TRITON_ON_CPU", True)
-    monkeypatch.setattr(runtime_module, "TRITON_ON_CPU", True)
+    monkeypatch.setattr(backend, "TRITON_ON_CPU", True)
 
 
 def _reference_operand(layer, t, op, gemm, along_m, step):

@@ -14,6 +14,7 @@ from fp4lab.recipes import (  # noqa: E402
     BUILTIN_RECIPES,
     QuantLinear,
     Recipe,
+    backend,  # noqa: E402
     get_recipe,
     quantize_model,
     streams,  # noqa: E402
@@ -204,10 +205,9 @@ def test_autocast_gives_the_output_dtype_of_nn_linear(name):
 
 def test_triton_path_equals_emulator_path(monkeypatch):
     """The fused kernels (interpreter) give QuantLinear the same operands as the emulator, hence equal outputs."""
-    import fp4lab.recipes.operands as operands
 
     def run(flag, name):
-        monkeypatch.setattr(operands, "TRITON_ON_CPU", flag)
+        monkeypatch.setattr(backend, "TRITON_ON_CPU", flag)
         torch.manual_seed(0)
         layer = QuantLinear(64, 32, recipe=name, seed=3, dtype=torch.bfloat16)
         x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
@@ -278,14 +278,14 @@ def test_device_keys_equal_the_host_formula(monkeypatch):
     for streams with the top bit set or not, and advances the step only when asked."""
     from fp4lab.recipes import runtime
 
-    monkeypatch.setattr(runtime, "TRITON_ON_CPU", True)
+    monkeypatch.setattr(backend, "TRITON_ON_CPU", True)
     for stream, step in ((streams.stream_of_name("blocks.3.mlp.up"), 0), (2**64 - 1, 2**40 + 7), (5, 123)):
         state = torch.tensor([streams.signed64(stream), step], dtype=torch.int64)
         keys = runtime.sr_keys(state, advance=True)
         want = [streams.signed64(streams.sr_seed(stream, step, u)) for u in streams.USES]
         assert keys[:, 0].tolist() == want and int(state[1]) == step + 1
         assert runtime.sr_keys(state, advance=False)[:, 0].tolist() != want and int(state[1]) == step + 1
-        monkeypatch.setattr(runtime, "TRITON_ON_CPU", False)
+        monkeypatch.setattr(backend, "TRITON_ON_CPU", False)
         state[1] = step
         assert runtime.sr_keys(state, advance=False)[:, 0].tolist() == want
-        monkeypatch.setattr(runtime, "TRITON_ON_CPU", True)
+        monkeypatch.setattr(backend, "TRITON_ON_CPU", True)

@@ -40,10 +40,10 @@ from typing import Any
 import torch
 
 from fp4lab.errors import InputError
+from fp4lab.recipes import backend
 from fp4lab.recipes.config import FP8_GEMM_DTYPES, fp8_disqualification  # noqa: F401 (re-exported)
 
 R_MIN = -117
-TRITON_ON_CPU = False  # tests: route CPU tensors through the Triton kernels (needs TRITON_INTERPRET=1)
 
 
 @dataclass
@@ -97,8 +97,8 @@ def e4m3_rows_reference(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:
 
 def on_device(t: torch.Tensor) -> bool:
     """Whether FP8 GEMMs of ``t`` take the device path (Triton conversion, ``torch._scaled_mm``, the bf16 path by
-    ``fp4lab.kernels.unfit_mm``): CUDA tensors, and CPU tensors under ``TRITON_ON_CPU`` (tests)."""
-    return t.is_cuda or TRITON_ON_CPU
+    ``fp4lab.kernels.unfit_mm``): ``fp4lab.recipes.backend.on_triton``."""
+    return backend.on_triton(t)
 
 
 def to_e4m3_rows(t: torch.Tensor, transpose: bool = False) -> E4M3Rows:

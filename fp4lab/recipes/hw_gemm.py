@@ -30,7 +30,7 @@ import torch
 
 from fp4lab.errors import InputError
 from fp4lab.numerics.options import QuantizeOptions
-from fp4lab.recipes import operands, runtime
+from fp4lab.recipes import backend, operands, runtime
 from fp4lab.recipes.hw_numerics import plans, recipe_numerics, reduction_error
 
 
@@ -70,7 +70,7 @@ class HwGemms:
         two_d = fmt.block.is_2d  # tiles: quantized along K with this GEMM's blocking (runtime._operands)
         opts = QuantizeOptions(rt.rounding(op), seed, -1 if two_d or axis == "k" else 0, b.rht, b.rht_seed,
                                rt.recipe.sr_bits)
-        if t.is_cuda or operands.TRITON_ON_CPU:
+        if backend.on_triton(t):
             from fp4lab.kernels.quantize_launch import quantize_triton
 
             q = quantize_triton(t.detach(), fmt, opts)
@@ -98,7 +98,7 @@ class HwGemms:
         why = reduction_error(self.numerics, gemm, a.codes.shape[1])
         if why:
             raise InputError(f"QuantLinear (recipe '{self.rt.recipe.name}'): {why}")
-        if a.codes.is_cuda or operands.TRITON_ON_CPU:
+        if backend.on_triton(a.codes):
             from fp4lab.kernels.mma_emulate_launch import emulated_matmul
 
             d = emulated_matmul(a.codes, a.scales, b.codes, b.scales, self.plans[gemm], check=False)

@@ -16,10 +16,10 @@ import torch
 
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.numerics.options import Blocking
+from fp4lab.recipes import backend
 
 Operands = tuple[Any, Any, Any, Any]  # (along K, along M, tensor scale along K, tensor scale along M)
 
-TRITON_ON_CPU = False  # tests: route CPU tensors through the Triton kernels too (needs TRITON_INTERPRET=1)
 
 
 def gemm_torch_dtype(gemm_dtype: str) -> torch.dtype:
@@ -38,7 +38,7 @@ def fake_quant_operands(t: torch.Tensor, fmt: QuantFormat | None, rounding: str 
     if fmt is None:
         y = t.detach().to(dt)
         return (y if along_k is not None else None), (y if along_m is not None else None), None, None
-    if t.is_cuda or TRITON_ON_CPU:
+    if backend.on_triton(t):
         from fp4lab.kernels.fakequant_launch import fake_quantize_triton
 
         yk, ym, tsk, tsm = fake_quantize_triton(t.detach(), fmt, rounding, along_k=along_k, along_m=along_m,

@@ -30,7 +30,7 @@ import torch
 from fp4lab.errors import InputError
 from fp4lab.formats.registry import get_format
 from fp4lab.numerics.options import Blocking
-from fp4lab.recipes import fp8_gemm, streams
+from fp4lab.recipes import backend, fp8_gemm, streams
 from fp4lab.recipes.config import FP8_GEMM_DTYPES, Gemm, Operand, Recipe, recipe_to_toml
 from fp4lab.recipes.operands import fake_quant_operands, gemm_torch_dtype
 from fp4lab.recipes.scaled_mm import scaled_mm
@@ -295,14 +295,13 @@ def mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, scale: Any = No
 
 
 # ---- stochastic-rounding keys from the layer's state ---------------------------------------------------------
-TRITON_ON_CPU = False  # tests: compute CPU keys with the Triton kernel too (needs TRITON_INTERPRET=1)
 
 
 def sr_keys(state: torch.Tensor, advance: bool) -> torch.Tensor:
     """int64 [6, 2]: in ``[u, 0]`` the Philox key of use ``streams.USES[u]`` at the step held by ``state``
     (int64 [2]: stream, step), bit for bit ``streams.sr_seed``; ``advance``: then add 1 to the step in place."""
     keys = torch.empty((len(streams.USES), 2), dtype=torch.int64, device=state.device)  # (column 1: padding)
-    if state.is_cuda or TRITON_ON_CPU:
+    if backend.on_triton(state):
         import numpy as np
 
         from fp4lab.kernels.host import device_array
