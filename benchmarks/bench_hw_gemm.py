@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -36,6 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from fp4lab.recipes import QuantLinear, Recipe, get_recipe  # noqa: E402
 from fp4lab.recipes import runtime as rt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_training import timed  # noqa: E402  (the same event-timed loops as the training benchmark)
 
 RECIPES = ["nvfp4-blackwell", "ufp4-proposal", "ufp4-proposal-f16"]
 
@@ -79,22 +81,6 @@ def check_bits(name: str, tokens: int, k: int, n: int) -> dict[str, Any]:
             **{f"{what}_mismatches": int((bits(a) != bits(b)).sum())
                for what, a, b in zip(("y", "dx", "dw"), got, want, strict=True)},
             "elements": tokens * n + tokens * k + n * k}
-
-
-def timed(fn: Callable[[], Any], iters: int, repeats: int) -> float:
-    """Median milliseconds per call over ``repeats`` event-timed loops of ``iters`` calls (one untimed first)."""
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / iters)
-    return statistics.median(out)
 
 
 def layer_step(layer: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
