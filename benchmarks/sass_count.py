@@ -42,6 +42,7 @@ from fp4lab.kernels.fakequant_launch import fake_quantize_triton  # noqa: E402
 from fp4lab.kernels.gemm_launch import gemm_triton  # noqa: E402
 from fp4lab.kernels.mma_emulate_launch import emulated_matmul  # noqa: E402
 from fp4lab.kernels.quantize_launch import quantize_triton  # noqa: E402
+from fp4lab.numerics.blocks import BlockView  # noqa: E402
 from fp4lab.numerics.options import Blocking  # noqa: E402
 
 os.environ["TRITON_INTERPRET"] = "1"  # after the imports: kernels stay compilable, host wrappers accept CPU tensors
@@ -204,8 +205,11 @@ def main() -> None:
                 setattr(mma, attr, cap.kernel)
         else:
             codes = torch.randint(0, 255, (2 * bm, bk), dtype=torch.uint8)
-            sdt = torch.int32 if fmt.scale.kind == "fp32" else torch.uint8
-            sc = torch.from_numpy(np.random.default_rng(0).integers(1, 100, (2 * bm, 2 * bk // fmt.block_size))).to(sdt)
+            sc = None  # element-only formats
+            if fmt.scale_rule.method != "none":
+                sdt = torch.int32 if fmt.scale.kind == "fp32" else torch.uint8
+                sshape = BlockView.for_format((2 * bm, 2 * bk), fmt, 1).scale_shape
+                sc = torch.from_numpy(np.random.default_rng(0).integers(1, 100, sshape)).to(sdt)
             cap = dq._dequantize_kernel = Capture(dq._dequantize_kernel)
             try:
                 dequantize_triton(codes, sc, torch.ones(()), fmt, 1, packed=True, out_dtype=torch.bfloat16,

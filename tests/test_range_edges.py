@@ -174,10 +174,10 @@ def test_decoded_caps_and_kernel_constants():
     lo, hi = decoded_caps(fmt, np.array([2.0**125, 2.0**126, 2.0**127, np.nan], F32))
     assert list(hi) == [np.inf, 3.0, 1.5, np.inf] and list(lo) == [-np.inf, -3.0, -1.5, -np.inf]
     assert range_clamp_scale(fp4lab.get_format("mxfp4")) is None  # FLOOR never picks a scale above 2^125
-    assert kernel_constants(fmt)["S_CRIT"] == 2.0**126 and kernel_constants(fmt)["BUMP_HI"] == 0
+    assert kernel_constants(fmt).S_CRIT == 2.0**126 and kernel_constants(fmt).BUMP_HI == 0
     k = kernel_constants(fp4lab.get_format("nvfp4"))
-    assert (k["BUMP_LO"], k["BUMP_HI"], k["S_CRIT"]) == (1, 0x7E, 0.0)
-    assert k["TS_LO"] == int(RECIP_TS_FLOOR.view(np.uint32))
+    assert (k.BUMP_LO, k.BUMP_HI, k.S_CRIT) == (1, 0x7E, 0.0)
+    assert k.TS_LO == int(RECIP_TS_FLOOR.view(np.uint32))
 
 
 def test_rht_overflow_is_ieee_and_documented():

@@ -41,8 +41,8 @@ NUMBA_SOURCES = ("emulator/jit.py", "emulator/nb_tables.py", "emulator/nb_encode
                  "emulator/pack.py", "emulator/nb_philox.py", "emulator/nb_rht.py", "emulator/threads.py",
                  "hwspec/mma_kernels.py")
 # numpy modules whose constants njit code reads (numba compiles a global in as a literal): the Philox round count
-# and multipliers
-NUMBA_CONSTANT_SOURCES = ("numerics/philox.py",)
+# and multipliers, the plan enums' codes
+NUMBA_CONSTANT_SOURCES = ("numerics/philox.py", "numerics/plan.py")
 
 
 def sources_digest() -> str:

@@ -13,6 +13,7 @@ import numpy as np
 from fp4lab.emulator.jit import njit
 from fp4lab.emulator.nb_bits import f32_to_u32, u32_to_f32
 from fp4lab.emulator.nb_tables import (
+    CHOICE_AMAX,
     ENC_LINEAR,
     ENC_SEARCH,
     ENC_SYM,
@@ -26,20 +27,27 @@ from fp4lab.emulator.nb_tables import (
     F_SCRIT,
     F_SMAX,
     F_TARGETS,
-    OV_NAN,
-    OV_SATURATE,
+    KIND_BF16,
+    KIND_FLOAT_BITS,
+    KIND_FLOAT_TABLE,
+    KIND_FP32,
+    OVERFLOW_NAN,
+    OVERFLOW_SATURATE,
     P_BS,
     P_BUMP,
     P_BUMP_CODE,
+    P_CHOICE,
     P_CODE_INF,
     P_CODE_NAN,
     P_CODE_ZERO,
     P_DIRECTED,
+    P_DIVIDE_ELEMENTS,
+    P_DIVIDE_IDEAL,
     P_EMAX_ELEM,
     P_ENC,
     P_ENCODE_ARITH,
-    P_ESCALE,
     P_EVEN_ADD,
+    P_EXP_RULE,
     P_FABS_MASK,
     P_FCODE_NEG,
     P_FCODE_POS,
@@ -47,36 +55,30 @@ from fp4lab.emulator.nb_tables import (
     P_HAS_MAX,
     P_HAS_MIN,
     P_KEEP_SIGN,
+    P_KIND,
     P_M1,
     P_NAN_CODE,
     P_NAN_PROP,
     P_NLEV,
     P_NTARGETS,
-    P_OV,
     P_OV_NAN,
     P_OV_NINF,
     P_OV_PINF,
+    P_OVERFLOW,
     P_RANGE,
-    P_RULE,
+    P_ROUNDING,
     P_SBIAS,
     P_SBKT_K,
     P_SBKT_SH,
-    P_SDIV,
-    P_SKIND,
     P_SMAXCODE,
     P_SNAN,
     P_SOFF,
     P_SOVF,
-    P_SROUND,
     P_ZERO_POLICY,
-    RULE_AMAX,
+    ROUND_CEIL,
+    ROUND_RTNE,
     RULE_CEIL,
     RULE_EVEN,
-    SK_BF16,
-    SK_FP32,
-    SK_TABLE,
-    SR_CEIL,
-    SR_RTNE,
 )
 
 NJ = dict(cache=True, error_model="numpy")
@@ -160,12 +162,12 @@ def encode_run(t, out, rnd, n, ip, fp, ethr, ecodes, cnt):
                 f24 = np.uint32(np.int64(frac * TWO24))
                 idx = k + np.int64(f24 > rnd[j])
             out[j] = ecodes[s * m1 + idx]
-    ov = ip[P_OV]
-    if ov != OV_SATURATE:
+    ov = ip[P_OVERFLOW]
+    if ov != OVERFLOW_SATURATE:
         ov_thr = fp[F_OV_THR]
         for j in range(n):
             if abs(t[j]) >= ov_thr:
-                if ov == OV_NAN:
+                if ov == OVERFLOW_NAN:
                     out[j] = ip[P_OV_NAN]
                 elif f32_to_u32(t[j]) >> U31:
                     out[j] = ip[P_OV_NINF]
@@ -192,10 +194,10 @@ def _pow2_code(v, rounding, bias, maxcode, nancode, ovf_nan):
         else:
             m, ex = 0.5, -299
         floor_k = np.int64(ex) - 1
-        if rounding == SR_RTNE:
+        if rounding == ROUND_RTNE:
             up = m > 0.75 or (m == 0.75 and floor_k % 2 != 0)
             k = floor_k + 1 if up else floor_k
-        elif rounding == SR_CEIL:
+        elif rounding == ROUND_CEIL:
             k = floor_k if m == 0.5 else floor_k + 1
         else:
             k = floor_k
@@ -212,14 +214,14 @@ def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
         for bi in range(nb):
             v = amax[bi] * g
             ideal[bi] = FLT_MAX if v > FLT_MAX else v
-    elif ip[P_SDIV]:
-        r = fp[F_TARGETS + 2 * ti + 1]
-        for bi in range(nb):
-            ideal[bi] = amax[bi] * r
-    else:
+    elif ip[P_DIVIDE_IDEAL]:
         tgt = fp[F_TARGETS + 2 * ti]
         for bi in range(nb):
             ideal[bi] = amax[bi] / tgt
+    else:
+        r = fp[F_TARGETS + 2 * ti + 1]
+        for bi in range(nb):
+            ideal[bi] = amax[bi] * r
     if two_level and not ip[P_ENCODE_ARITH]:
         for bi in range(nb):
             ideal[bi] = ideal[bi] / ts
@@ -237,24 +239,24 @@ def _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal):
 def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code):
     """Scale codes of non-negative float32 ideal scales (``ref_encode.encode_scale``), one straight loop per
     scale kind so that it vectorizes across blocks."""
-    kind = ip[P_SKIND]
-    rounding = ip[P_SROUND]
+    kind = ip[P_KIND]
+    rounding = ip[P_ROUNDING]
     smax = fp[F_SMAX]
-    if kind == SK_FP32:  # saturating at the largest finite value (NaN stays NaN)
+    if kind == KIND_FP32:  # saturating at the largest finite value (NaN stays NaN)
         for bi in range(nb):
             code[bi] = f32_to_u32(smax if ideal[bi] > smax else ideal[bi])
-    elif kind == SK_BF16:
+    elif kind == KIND_BF16:
         for bi in range(nb):
             b = np.int64(f32_to_u32(smax if ideal[bi] > smax else ideal[bi]))
-            if rounding == SR_RTNE:
+            if rounding == ROUND_RTNE:
                 b = b + 0x7FFF + ((b >> 16) & 1)
-            elif rounding == SR_CEIL:
+            elif rounding == ROUND_CEIL:
                 b = b + 0x10000 * np.int64((b & 0xFFFF) != 0)
             code[bi] = (b >> 16) & 0xFFFF
         for bi in range(nb):
             if ideal[bi] != ideal[bi]:
                 code[bi] = 0x7FC0
-    elif kind == SK_TABLE:
+    elif kind == KIND_FLOAT_TABLE or kind == KIND_FLOAT_BITS:
         clip_hi = fp[F_SCLIP]
         off = ip[P_SOFF]
         top = ip[P_SMAXCODE]
@@ -278,9 +280,9 @@ def _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code):
 
 @njit(inline="always", **NJ)
 def _decode_scale(code, kind, sdec):
-    if kind == SK_FP32:
+    if kind == KIND_FP32:
         return u32_to_f32(np.uint32(code))
-    if kind == SK_BF16:
+    if kind == KIND_BF16:
         return u32_to_f32(np.uint32(code << 16))
     return sdec[code]
 
@@ -325,12 +327,12 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
     """Scale codes and decoded float32 scales of nb blocks with finite float32 ``amax`` for target ``ti``:
     the scale rule (``scale_rule.block_scale_codes``), then the zero / Inf / NaN block overrides, then
     ``ScaleFormat.decode``. "encode" arithmetic: ``gmul[ti] = float32(g * float32(1/target))``."""
-    rule = ip[P_RULE]
-    if rule == RULE_AMAX:
+    if ip[P_CHOICE] == CHOICE_AMAX:
         ideal = np.empty(nb, np.float32)
         _ideal_scales(amax, nb, ti, ts, two_level, gmul, ip, fp, ideal)
         _encode_ideals(ideal, nb, ip, fp, sthr, scodes, sbkt, code)
     else:  # OCP MX exponent rules on the float32 bits of amax
+        rule = ip[P_EXP_RULE]
         even_add = ip[P_EVEN_ADD]
         shift = ip[P_SBIAS] - ip[P_EMAX_ELEM] - 127
         top = ip[P_SMAXCODE]
@@ -342,7 +344,7 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
             if rule == RULE_CEIL:
                 e += np.int64((bits & 0x7FFFFF) != 0)
             code[bi] = min(max(e + shift, np.int64(0)), top)
-    kind = ip[P_SKIND]
+    kind = ip[P_KIND]
     if ip[P_BUMP]:  # range_policy.multiplier_floor: a non-zero scale whose multiplier overflows takes F_BUMP_S
         smin = fp[F_BUMP_S]
         for bi in range(nb):
@@ -360,10 +362,10 @@ def chunk_scales(amax, hnan, hinf, nb, ti, ts, two_level, gmul, ip, fp, sthr, sc
             code[bi] = ip[P_CODE_INF]
         if nan:
             code[bi] = ip[P_CODE_NAN]
-    if kind == SK_FP32:
+    if kind == KIND_FP32:
         for bi in range(nb):
             S[bi] = u32_to_f32(np.uint32(code[bi]))
-    elif kind == SK_BF16:
+    elif kind == KIND_BF16:
         for bi in range(nb):
             S[bi] = u32_to_f32(np.uint32(code[bi] << 16))
     else:
@@ -432,7 +434,7 @@ def scale_elements(xv, t, S, nb, ts, inv_ts, two_level, ip, fp):
                 R = FLT_MAX
             for j in range(bi * bs, bi * bs + bs):
                 t[j] = xv[j] * R
-    elif ip[P_ESCALE]:
+    elif not ip[P_DIVIDE_ELEMENTS]:
         for bi in range(nb):
             R = (inv_ts / S[bi]) if two_level else (np.float32(1.0) / S[bi])
             for j in range(bi * bs, bi * bs + bs):
@@ -553,7 +555,7 @@ def scale_encode_fused(xv, out, S, nb, ts, inv_ts, two_level, ip, fp, fthr, fdel
     kind = np.empty(nb, np.int8)
     caps = np.empty(2 * nb if ip[P_RANGE] else 2, np.float32)
     encode_arith = ip[P_ENCODE_ARITH] != 0
-    use_div = not encode_arith and ip[P_ESCALE] == 0
+    use_div = not encode_arith and ip[P_DIVIDE_ELEMENTS] != 0
     for bi in range(nb):
         k = K_MUL
         if ip[P_RANGE] and (not two_level or ts == 1):

@@ -14,7 +14,9 @@ Element encoders (``P_ENC``):
   ``ENC_LINEAR`` ``i = count(t >= thr)`` over all thresholds (small grids), code ``ecodes[sign * n + i]``;
   ``ENC_SEARCH`` the same count by binary search (grids with more than ``LINEAR_MAX`` thresholds);
   ``ENC_SR``     stochastic rounding between the two neighbouring levels (``ethr`` holds the levels).
-The integer values of these constants are compiled into numba's on-disk cache: never renumber them.
+The plan's choices travel as their enums' ``code`` (``numerics.plan.Coded``, the numbering the Triton kernels
+use too), compared with the constants below that derive from them. njit code compiles these constants in;
+``jit.sources_digest`` covers this module and ``numerics/plan.py``, so a renumbering compiles afresh.
 """
 
 from __future__ import annotations
@@ -44,18 +46,19 @@ F32 = np.float32
 LINEAR_MAX = 32  # up to this many thresholds a branchless linear count beats a binary search
 
 ENC_SYM, ENC_LINEAR, ENC_SEARCH, ENC_SR = 0, 1, 2, 3
-OV_SATURATE, OV_NAN, OV_INF = 0, 1, 2
-RULE_NONE, RULE_AMAX, RULE_EXPONENT = 0, 1, 2  # exponent rules: RULE_EXPONENT + plan.ExponentRule.code
-RULE_CEIL, RULE_EVEN = RULE_EXPONENT + ExponentRule.CEIL.code, RULE_EXPONENT + ExponentRule.EVEN.code
-SK_FP32, SK_BF16, SK_TABLE, SK_POW2 = 0, 1, 2, 3
-SR_RTNE, SR_CEIL, SR_FLOOR = 0, 1, 2
+OVERFLOW_SATURATE, OVERFLOW_NAN, OVERFLOW_INF = (m.code for m in Overflow)
+CHOICE_NONE, CHOICE_AMAX, CHOICE_EXPONENT = (m.code for m in ScaleChoice)
+RULE_FLOOR, RULE_CEIL, RULE_EVEN = (m.code for m in ExponentRule)
+ROUND_RTNE, ROUND_CEIL, ROUND_FLOOR = (m.code for m in ScaleRounding)
+KIND_POW2, KIND_FLOAT_TABLE, KIND_FP32, KIND_BF16, KIND_FLOAT_BITS = (m.code for m in ScaleKind)
 
 # int64 parameter slots
-(P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OV, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_RULE, P_EVEN_ADD, P_EMAX_ELEM, P_SKIND,
- P_SROUND, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_SDIV, P_ESCALE, P_HAS_MIN, P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP,
- P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN, P_ENCODE_ARITH, P_FUSED, P_FCODE_POS,
- P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K, P_BUMP, P_BUMP_CODE, P_RANGE, P_ERR, P_SOVF, P_DIRECTED) = range(42)
-N_IP = 42
+(P_ENC, P_NLEV, P_M1, P_NAN_CODE, P_OVERFLOW, P_OV_NAN, P_OV_PINF, P_OV_NINF, P_CHOICE, P_EXP_RULE, P_EVEN_ADD,
+ P_EMAX_ELEM, P_KIND, P_ROUNDING, P_SBIAS, P_SMAXCODE, P_SOFF, P_SNAN, P_DIVIDE_IDEAL, P_DIVIDE_ELEMENTS, P_HAS_MIN,
+ P_HAS_MAX, P_ZERO_POLICY, P_NAN_PROP, P_CODE_ZERO, P_CODE_INF, P_CODE_NAN, P_NTARGETS, P_BS, P_KEEP_SIGN,
+ P_ENCODE_ARITH, P_FUSED, P_FCODE_POS, P_FCODE_NEG, P_FABS_MASK, P_SBKT_SH, P_SBKT_K, P_BUMP, P_BUMP_CODE, P_RANGE,
+ P_ERR, P_SOVF, P_DIRECTED) = range(43)
+N_IP = 43
 ERR_ABS, ERR_SCALE_PRODUCT = 1, 2  # P_ERR bits: select_by "sae"; dequantize_order "scale_product_first"
 SBKT_MAX = 4096  # most buckets of the scale search index
 FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loops
@@ -64,11 +67,6 @@ FUSED_WIDTHS = (8, 16)  # padded threshold counts of the fused scale+encode loop
 # P_RANGE / F_SCRIT: decoded-range caps for blocks with scale >= F_SCRIT (``range_policy``)
 F_OV_THR, F_MIN, F_MAX, F_SCLIP, F_LVMIN, F_LVMAX, F_SMAX, F_BUMP_S, F_SCRIT, F_TARGETS = range(10)
 
-_OV = {Overflow.SATURATE: OV_SATURATE, Overflow.NAN: OV_NAN, Overflow.INF: OV_INF}
-_ROUND = {ScaleRounding.RTNE: SR_RTNE, ScaleRounding.CEIL: SR_CEIL, ScaleRounding.FLOOR: SR_FLOOR}
-_RULE = {ScaleChoice.NONE: RULE_NONE, ScaleChoice.AMAX: RULE_AMAX}
-_SKIND = {ScaleKind.FP32: SK_FP32, ScaleKind.BF16: SK_BF16, ScaleKind.FLOAT_TABLE: SK_TABLE,
-          ScaleKind.FLOAT_BITS: SK_TABLE, ScaleKind.POW2: SK_POW2}
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def _element_tables(ep: ElementPlan, ip: np.ndarray, fp: np.ndarray):
     ip[P_ENC], ip[P_NLEV], ip[P_M1] = enc, n, m1
     ip[P_NAN_CODE] = ep.nan_code
     ip[P_KEEP_SIGN] = int(ep.keep_sign)  # else only t < 0 takes the negative code column
-    ip[P_OV] = _OV[ep.overflow]
+    ip[P_OVERFLOW] = ep.overflow.code
     fp[F_OV_THR] = ep.overflow_thr
     if ep.overflow == Overflow.NAN:
         ip[P_OV_NAN] = ep.grid_nan_code
@@ -157,14 +155,16 @@ def _element_tables(ep: ElementPlan, ip: np.ndarray, fp: np.ndarray):
 
 def _scale_tables(sp: ScalePlan, ip: np.ndarray, fp: np.ndarray):
     empty_f, empty_i = np.zeros(1, F32), np.zeros(1, np.int32)
-    ip[P_RULE] = RULE_EXPONENT + sp.exponent_rule.code if sp.choice == ScaleChoice.EXPONENT else _RULE[sp.choice]
+    ip[P_CHOICE] = sp.choice.code
     if sp.choice == ScaleChoice.NONE:
         return empty_f, empty_i, empty_f, empty_i
-    ip[P_SKIND] = _SKIND[sp.kind]
+    if sp.choice == ScaleChoice.EXPONENT:
+        ip[P_EXP_RULE] = sp.exponent_rule.code
+    ip[P_KIND] = sp.kind.code
     fp[F_SMAX] = sp.max_value  # fp32 / bf16 ideal scales saturate here
-    ip[P_SROUND] = _ROUND[sp.rounding]
-    ip[P_SDIV] = int(not sp.divide_ideal)
-    ip[P_ESCALE] = int(not sp.divide_elements)
+    ip[P_ROUNDING] = sp.rounding.code
+    ip[P_DIVIDE_IDEAL] = int(sp.divide_ideal)
+    ip[P_DIVIDE_ELEMENTS] = int(sp.divide_elements)
     ip[P_HAS_MIN], ip[P_HAS_MAX] = sp.min_scale is not None, sp.max_scale is not None
     fp[F_MIN] = sp.min_scale if sp.min_scale is not None else 0
     fp[F_MAX] = sp.max_scale if sp.max_scale is not None else 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fp4lab.kernels.codes import CHOICE_NONE, DECODE_TABLE, KIND_BF16
 from fp4lab.kernels.quantize import _blocks, _expand
 from fp4lab.kernels.tile import bits_of, decode_elements, decode_scale, pair_tile, rht_pairs, scale_tile
 
@@ -52,7 +53,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     tensor scale), the bf16 words are built without NaN handling: by truncation when every value x scale product
     is exact in bf16 (EXACT, host-checked), else by the integer RTNE formula. Same bits as the general path."""
     C2: tl.constexpr = BK // 2
-    SCALED: tl.constexpr = SCALE.METHOD != 0
+    SCALED: tl.constexpr = SCALE.CHOICE != CHOICE_NONE
     TWO_LEVEL: tl.constexpr = APPLY_TS
     TS_FIRST: tl.constexpr = APPLY_TS and SCALE.TS_FIRST
     pid_k = tl.program_id(1)
@@ -65,7 +66,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
         else:  # unpacked codes read as int16 pairs: even code in the low byte
             code_e = p & 255
             code_o = (p >> 8) & 255
-        if DEC.KIND == 2:
+        if DEC.KIND == DECODE_TABLE:
             ve = tl.load(vals_ptr + code_e)
             vo = tl.load(vals_ptr + code_o)
         else:
@@ -75,7 +76,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
             scols = pid_k * (BK // TC) + tl.arange(0, BK // TC)
             sc = tl.load(sc_ptr + rows[:, None] * (K // TC) + scols[None, :], mask=rmask & (scols < K // TC)[None, :],
                          other=0).to(tl.int32)
-            if SCALE.KIND == 3:
+            if SCALE.KIND == KIND_BF16:
                 sc = sc & 0xFFFF
             S = decode_scale(sc, svals_ptr, SCALE)
             special = tl.max(tl.max(((bits_of(S) & 0x7F800000) == 0x7F800000).to(tl.int32), axis=1), axis=0)
@@ -121,7 +122,7 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
     if SCALED:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         sc = tl.load(sc_ptr + saddr, mask=smask, other=0).to(tl.int32)
-        if SCALE.KIND == 3:
+        if SCALE.KIND == KIND_BF16:
             sc = sc & 0xFFFF
         S = decode_scale(sc, svals_ptr, SCALE)
         if TWO_LEVEL:

@@ -49,13 +49,13 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
     out_dtype = out_dtype or torch.float32
     out = torch.empty(shape, dtype=torch.int16 if out_dtype == torch.bfloat16 else torch.float32, device=dev)
     signs = device_array(rht_signs(rht_n, rht_seed) if rht_n else np.ones(1, np.float32), dev)
-    if sp.method and tuple(scale_codes.shape) != tuple(view.scale_shape):
+    if sp.scaled and tuple(scale_codes.shape) != tuple(view.scale_shape):
         raise InputError(f"dequantize: scale codes have shape {tuple(scale_codes.shape)}; format '{fmt.name}' on a "
                          f"{shape} tensor blocked along axis {view.axis} needs {tuple(view.scale_shape)}")
-    sc = scale_codes.contiguous() if sp.method else device_array(np.zeros(1, np.uint8), dev)  # unread without scales
+    sc = scale_codes.contiguous() if sp.scaled else device_array(np.zeros(1, np.uint8), dev)  # unread without scales
     if sc.dtype == torch.uint16:
         sc = sc.view(torch.int16)
-    two_level = sp.two_level and apply_tensor_scale
+    two_level = sp.cx.TWO_LEVEL and apply_tensor_scale
     if two_level and tensor_scale is None:
         raise InputError(f"dequantize: format '{fmt.name}' has a tensor scale; pass tensor_scale "
                          "(or apply_tensor_scale=False)")
@@ -65,7 +65,7 @@ def dequantize_triton(codes, scale_codes, tensor_scale, fmt, axis, *, rht=None, 
         opts["num_warps"] = tile[2]
     bf16 = out_dtype == torch.bfloat16
     words = bf16 and mv.inner == 1 and mv.K % 2 == 0
-    lean = bool(words and not two_d and rht_n == 0 and (not sp.method or tc % 2 == 0)
+    lean = bool(words and not two_d and rht_n == 0 and (not sp.scaled or tc % 2 == 0)
                 and np.all(np.isfinite(ep.values)))
     big = (1 << 14, 512) if lean else (1 << 12, 256)
     bm, bk = tile[:2] if tile is not None else tile_shape(mv.K, mv.M, tr, tc, rht_n, interpreting(), two_d, *big)

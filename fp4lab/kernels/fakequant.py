@@ -24,6 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fp4lab.kernels.codes import CHOICE_NONE, ETAB_VALUES
 from fp4lab.kernels.dequantize import bf16_bits_rtne
 from fp4lab.kernels.quantize import _blocks, _expand, multiplier_floor, quantize_halves, tensor_scale
 from fp4lab.kernels.tile import (
@@ -46,7 +47,7 @@ def _values(code_e, code_o, S, ts, vals_ptr, R: tl.constexpr, C2: tl.constexpr, 
     the reference's order of operations."""
     ve = decode_elements(code_e, vals_ptr, DEC)
     vo = decode_elements(code_o, vals_ptr, DEC)
-    if SCALE.METHOD != 0:
+    if SCALE.CHOICE != CHOICE_NONE:
         if APPLY_TS and SCALE.TS_FIRST:
             S = S * ts
         Sx = _expand(S, TWO_D)
@@ -128,7 +129,7 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
         ro = addr_o
     code_e, code_o, sc, S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, R, C2, TR, TC, TWO_D, ELEM, SCALE,
                                             QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL)
-    ve, vo = _values(code_e, code_o, S, ts, etab[6], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
+    ve, vo = _values(code_e, code_o, S, ts, etab[ETAB_VALUES], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
     _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
 

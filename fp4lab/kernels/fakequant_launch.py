@@ -18,6 +18,7 @@ from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.numerics.blocks import BlockView
 from fp4lab.numerics.options import Blocking, QuantizeOptions, check_sr_bits
 from fp4lab.numerics.philox import sr_elements_per_call
+from fp4lab.numerics.plan import ScaleKind
 from fp4lab.numerics.ref_quantize import check_rounding
 from fp4lab.numerics.rht import check_rht_size, rht_scale, rht_signs
 
@@ -34,7 +35,6 @@ class _Plan:
     launch: Any = None  # CachedLaunch of the fused kernel
     signs_k: Any = None
     signs_m: Any = None
-    fixed: tuple = ()  # runtime scalars that depend on the format only
     two_level: bool = False
     amax: Any = None  # CachedLaunch of the tensor-amax pass (two-level formats)
     scales: Any = None  # CachedLaunch of the tensor-scales kernel after it (two-level formats)
@@ -111,7 +111,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
 
     from fp4lab.kernels.fakequant import _amax2_kernel, _fake_quant_kernel, _tensor_scales_kernel
     from fp4lab.kernels.host import CachedLaunch, device_array, interpreting
-    from fp4lab.kernels.params import block_extents, element_decode_kind, element_params, scale_params
+    from fp4lab.kernels.params import InputKind, block_extents, element_decode_kind, element_params, scale_params
     from fp4lab.kernels.quantize_launch import kernel_tables
 
     M, K = x.shape
@@ -124,21 +124,20 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     sp = scale_params(fmt)
     interp = interpreting()
     bm, bk, warps = _tile(tc, tr, rk, rm, along_k is not None, along_m is not None, K, M, interp, tile,
-                          coded_scales=sp.cx.KIND == 4)
+                          coded_scales=sp.cx.KIND == ScaleKind.FLOAT_BITS.code)
     if bk % max(tc, rk, 2) or bm % max(tr, rm, tc if along_m is not None else 1, 2):
         raise InputError(f"fake_quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT sizes")
     grid = (math.ceil(M / bm), math.ceil(K / bk))
-    in_kind = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
-    words = in_kind == 1 and K % 2 == 0
+    in_kind = {torch.float32: InputKind.F32, torch.bfloat16: InputKind.BF16, torch.float16: InputKind.F16}[x.dtype]
+    words = in_kind == InputKind.BF16 and K % 2 == 0
     per_call = sr_elements_per_call(sr_bits)
-    divides = sp.ediv and not (sp.div_pow2 or sp.encode)
 
     def qdiv(rht_n: int) -> bool:
-        return (in_kind == 0 or rht_n > 0) and ep.one_spacing and mode == "rtne"
+        return (in_kind == InputKind.F32 or rht_n > 0) and ep.one_spacing and mode == "rtne"
 
-    lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not divides)
+    lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not sp.divides)
     consts = dict(
-        BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, WORDS=words, ALONG_K=along_k is not None,
+        BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind.code, WORDS=words, ALONG_K=along_k is not None,
         ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
         SEED_PTR=seed_ptr, FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, QDIV_K=qdiv(rk),
         QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt),
@@ -147,28 +146,26 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     tables = kernel_tables(ep, sp, dev)
     signs_k = device_array(rht_signs(rk, along_k.rht_seed) if rk else np.ones(1, np.float32), dev)
     signs_m = device_array(rht_signs(rm, along_m.rht_seed) if rm else np.ones(1, np.float32), dev)
-    fixed = (ep.half, ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg,
-             sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
-             float(rht_scale(rk)) if rk else 1.0, float(rht_scale(rm)) if rm else 1.0)
+    rscale_k = float(rht_scale(rk)) if rk else 1.0
+    rscale_m = float(rht_scale(rm)) if rm else 1.0
     amax = scales = None
-    if sp.two_level:
+    two_level = sp.cx.TWO_LEVEL
+    if two_level:
         # the finite amax of the tensor each output quantizes (rotated along its own axis first), in one read
         abm, abk, awarps = _amax_tile(rk, rm, K, M, interp)
         g = (math.ceil(M / abm), math.ceil(K / abk))
-        amax = CachedLaunch(_amax2_kernel, g, dict(BM=abm, BK=abk, IN_KIND=in_kind, WORDS=words,
+        amax = CachedLaunch(_amax2_kernel, g, dict(BM=abm, BK=abk, IN_KIND=in_kind.code, WORDS=words,
                                                    ALONG_K=along_k is not None, ALONG_M=along_m is not None,
                                                    RHT_K=rk, RHT_M=rm),
                             {} if interp else {"enable_fp_fusion": False, "num_warps": awarps},
-                            fixed=(signs_k, signs_m, fixed[12], fixed[13], M, K, K // 2), n_lead=2)
+                            fixed=(signs_k, signs_m, rscale_k, rscale_m, M, K, K // 2), n_lead=2)
         scales = CachedLaunch(_tensor_scales_kernel, (1,), dict(BLOCK=1024, SCALE=sp.cx),
                               {} if interp else {"enable_fp_fusion": False, "num_warps": 4},
-                              fixed=(g[0] * g[1], fixed[6], tables[10]), n_lead=2)
-    f = fixed
-    thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = tables
-    args = (thr, ctab, f[0], lvl, sctab, igap, vals, f[1], f[2], f[3], f[4], f[5], tg, itg, stab, scpos, svals,
-            f[7], f[8], f[9], f[10], f[11], signs_k, signs_m, f[12], f[13], M, K, K // 2)
+                              fixed=(g[0] * g[1], sp.ts_den, tables.svals), n_lead=2)
+    args = (*ep.kernel_args(tables), *sp.kernel_tables(tables), *sp.block_constants(), signs_k, signs_m, rscale_k,
+            rscale_m, M, K, K // 2)
     plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=4)
-    plan.signs_k, plan.signs_m, plan.fixed, plan.two_level = signs_k, signs_m, fixed, sp.two_level
+    plan.signs_k, plan.signs_m, plan.two_level = signs_k, signs_m, two_level
     plan.amax, plan.scales = amax, scales
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fp4lab.kernels.codes import CHOICE_NONE, DECODE_TABLE, KIND_BF16
 from fp4lab.kernels.tile import decode_elements, decode_scale, grouped_tile
 
 
@@ -31,7 +32,7 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
                  DEC: tl.constexpr):
     """C = A @ B.T of codes a [M, K], b [N, K] with block scale codes sa, sb and tensor scales tsa, tsb
     (``SCALE`` / ``DEC``: params.ScaleCx / DecodeCx); the module docstring gives the two plans (FOLD or per block)."""
-    SCALED: tl.constexpr = SCALE.METHOD != 0
+    SCALED: tl.constexpr = SCALE.CHOICE != CHOICE_NONE
     pid_m, pid_n = grouped_tile(M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -46,7 +47,7 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
         b = tl.load(b_ptr + rn[:, None] * K + rk[None, :], mask=mn[:, None] & mk[None, :], other=0).to(tl.int32)
         va = decode_elements(a, vals_ptr, DEC)
         vb = decode_elements(b, vals_ptr, DEC)
-        if DEC.KIND == 2:  # code 0 (masked loads) is value 0 for the float and int grids, not for a value table
+        if DEC.KIND == DECODE_TABLE:  # code 0 (masked loads) is value 0 for float and int grids, not for a table
             va = tl.where(mm[:, None] & mk[None, :], va, 0.0)
             vb = tl.where(mn[:, None] & mk[None, :], vb, 0.0)
         if FOLD:
@@ -69,7 +70,7 @@ def _gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, tsa_ptr, tsb_ptr, c_ptr, vals_ptr
             kb = k0 // BS
             ca = tl.load(sa_ptr + rm * KB + kb, mask=mm, other=0).to(tl.int32)
             cb = tl.load(sb_ptr + rn * KB + kb, mask=mn, other=0).to(tl.int32)
-            if SCALE.KIND == 3:
+            if SCALE.KIND == KIND_BF16:
                 ca = ca & 0xFFFF
                 cb = cb & 0xFFFF
             sa = decode_scale(ca, svals_ptr, SCALE)

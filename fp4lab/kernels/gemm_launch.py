@@ -47,8 +47,7 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     if K != K2:
         raise InputError(f"gemm: K differs: qa is {qa.shape}, qb is {qb.shape}")
     sp = scale_params(fmt)
-    if sp.method:
-
+    if sp.scaled:
         for q, nm in ((qa, "qa"), (qb, "qb")):
             want = tuple(BlockView.for_format(q.shape, fmt, 1).scale_shape)
             if tuple(q.scale_codes.shape) != want:
@@ -57,15 +56,15 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
     dev = qa.codes.device
     f32 = torch.float32
     one = torch.ones(1, dtype=f32, device=dev)
-    tsa = qa.tensor_scale.reshape(1).to(f32) if sp.two_level else one
-    tsb = qb.tensor_scale.reshape(1).to(f32) if sp.two_level else one
+    tsa = qa.tensor_scale.reshape(1).to(f32) if sp.cx.TWO_LEVEL else one
+    tsb = qb.tensor_scale.reshape(1).to(f32) if sp.cx.TWO_LEVEL else one
     if mode == "fast":
         a = dequantize_triton(qa.codes, qa.scale_codes, None, fmt, 1, rotated=True, out_dtype=torch.bfloat16,
                               apply_tensor_scale=False)
         b = dequantize_triton(qb.codes, qb.scale_codes, None, fmt, 1, rotated=True, out_dtype=torch.bfloat16,
                               apply_tensor_scale=False)
         c = _fp32_mm(a, b)
-        return c.mul_(tsa * tsb) if sp.two_level else c
+        return c.mul_(tsa * tsb) if sp.cx.TWO_LEVEL else c
     plan = gemm_plan(fmt)
     if plan == "none":
         raise InputError(f"gemm: exact mode needs bf16-exact element values on a common grid and 1-D blocks of "
@@ -79,8 +78,8 @@ def gemm_triton(qa, qb, mode="exact", tile=None):
         bk = bs
     if bk % max(bs, 1):
         raise InputError(f"gemm: BK={bk} must be a multiple of the block size {bs}")
-    sa = qa.scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
-    sb = qb.scale_codes if sp.method else torch.zeros(1, dtype=torch.uint8, device=dev)
+    sa = qa.scale_codes if sp.scaled else torch.zeros(1, dtype=torch.uint8, device=dev)
+    sb = qb.scale_codes if sp.scaled else torch.zeros(1, dtype=torch.uint8, device=dev)
     if sa.dtype == torch.uint16:
         sa, sb = sa.view(torch.int16), sb.view(torch.int16)
     c = torch.empty((M, N), dtype=f32, device=dev)

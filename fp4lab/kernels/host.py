@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.errors import InputError
+from fp4lab.kernels.params import InputKind
 
 
 @functools.cache
@@ -30,8 +31,8 @@ def check_device(x: Any, what: str) -> None:
                          "(or TRITON_INTERPRET=1 for the CPU interpreter)")
 
 
-def kernel_input(x: Any, what: str) -> tuple[Any, int]:
-    """(contiguous tensor the kernel reads, IN_KIND): fp32 as is (0), bf16 as int16 bit patterns (1), fp16 (2);
+def kernel_input(x: Any, what: str) -> tuple[Any, InputKind]:
+    """(contiguous tensor the kernel reads, its ``InputKind``): fp32 as is, bf16 as int16 bit patterns, fp16;
     float64 is cast to fp32 with RTNE first."""
     import torch
 
@@ -42,10 +43,10 @@ def kernel_input(x: Any, what: str) -> tuple[Any, int]:
         raise InputError(f"{what}: {x.numel()} elements; the kernels index with int32 (at most 2**31 - 2**20)")
     x = x.detach().contiguous()
     if x.dtype == torch.bfloat16:
-        return x.view(torch.int16), 1
+        return x.view(torch.int16), InputKind.BF16
     if x.dtype == torch.float16:
-        return x, 2
-    return x.to(torch.float32), 0
+        return x, InputKind.F16
+    return x.to(torch.float32), InputKind.F32
 
 
 @dataclass(frozen=True)

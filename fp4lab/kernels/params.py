@@ -1,12 +1,14 @@
 """The Triton kernels' constants for a ``QuantFormat`` (host side, no triton import): the element and scale plans
-(``fp4lab.numerics.plan``) in the kernels' integer vocabulary, so a grid defined in a spec file runs without new
-kernel code. Kernels never see a format's name, only small tables and constexprs.
+(``fp4lab.numerics.plan``) as constexpr records and runtime tables, so a grid defined in a spec file runs without
+new kernel code. Kernels never see a format's name, only small tables and constexprs. Every choice travels as its
+enum's ``code`` (the numbering the numba twin uses too); kernel code compares it with the named constants of
+``fp4lab.kernels.codes``, derived from the same enums.
 
-Element rounding (deterministic modes), the constexpr ``PATH`` (``plan.Encoder``):
+Element rounding (deterministic modes), the constexpr ``ELEM.ENCODER`` (``plan.Encoder``):
 
-* 2 (signed): ``idx = count(t >= thr)`` over the signed table, code ``ctab[idx + signbit(t) * n_levels]``;
-* 1 (magnitude): ``m = count(|t| >= mthr)``, code ``ctab[m + signbit(t) * (z + 1)]``, z the index of level 0;
-* 0 (sign-magnitude): ``code = m | signbit(t) * sign_or``, no table lookup.
+* SIGNED: ``idx = count(t >= thr)`` over the signed table, code ``ctab[idx + signbit(t) * n_levels]``;
+* MAGNITUDE: ``m = count(|t| >= mthr)``, code ``ctab[m + signbit(t) * (z + 1)]``, z the index of level 0;
+* SIGN_MAGNITUDE: ``code = m | signbit(t) * sign_or``, no table lookup.
 
 ``ElementCx.FBITS`` selects the bit-arithmetic encoders of ExMy grids for rtne and sr (``tile.encode_fbits_det`` /
 ``encode_fbits_sr``, whose numpy twins in ``fp4lab.numerics.fbits`` were checked against the reference encoder).
@@ -20,20 +22,18 @@ beside its tile geometry. The tables themselves (thresholds, levels, scale value
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from fp4lab.errors import InputError
-from fp4lab.formats.grids import FloatGrid, IntGrid
+from fp4lab.formats.grids import DIRECTED_MODES, FloatGrid, IntGrid
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.numerics.plan import (
+    Coded,
     ElementPlan,
-    Encoder,
-    Overflow,
     ScaleChoice,
     ScaleKind,
     ScalePlan,
@@ -42,39 +42,51 @@ from fp4lab.numerics.plan import (
     element_plan,
     scale_plan,
 )
-from fp4lab.numerics.range_policy import kernel_constants
+from fp4lab.numerics.range_policy import RangeEdges, kernel_constants
 
 F32 = np.float32
 
-PATH = {Encoder.SIGN_MAGNITUDE: 0, Encoder.MAGNITUDE: 1, Encoder.SIGNED: 2}
-OVF = {Overflow.SATURATE: 0, Overflow.NAN: 1, Overflow.INF: 2}
-METHOD = {ScaleChoice.NONE: 0, ScaleChoice.AMAX: 1, ScaleChoice.EXPONENT: 2}
-SKIND = {ScaleKind.POW2: 0, ScaleKind.FLOAT_TABLE: 1, ScaleKind.FP32: 2, ScaleKind.BF16: 3, ScaleKind.FLOAT_BITS: 4}
-SROUND = {ScaleRounding.RTNE: 0, ScaleRounding.CEIL: 1, ScaleRounding.FLOOR: 2}
+
+class ElementDecode(Coded):
+    """In-register decoding of element codes (``DecodeCx.KIND``): a sign-magnitude ExMy without specials by bit
+    arithmetic, a two's-complement int times its step, or a lookup in the value table."""
+
+    FLOAT = "float"
+    INT = "int"
+    TABLE = "table"
+
+
+class InputKind(Coded):
+    """How a kernel reads its input (``IN_KIND``): fp32 as is, bf16 as int16 bit patterns widened by a shift
+    (exact, also for subnormals), fp16 converted."""
+
+    F32 = "float32"
+    BF16 = "bfloat16"
+    F16 = "float16"
 
 
 def _pow2_ok(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
 
-def _sized(a: np.ndarray) -> tuple[int, int]:
-    """(entries, bit length of the entry count) of a table: the unrolled-compare / bisection choice of count_tab."""
-    return int(a.size), int(a.size).bit_length()
+def _bit_length(a: np.ndarray) -> int:
+    """Bit length of a table's entry count: the unrolled-compare / bisection choice of ``tile.count_tab``."""
+    return int(a.size).bit_length()
 
 
 class ElementCx(NamedTuple):
-    """The element encoder's constexprs (``ELEM`` in the kernels). ``PATH``: 0 sign-magnitude, 1 magnitude +
-    table, 2 signed + table (module docstring); ``SIGN_OR``: the code's sign bit (PATH 0); ``OVF``: 0 saturate,
-    1 NaN code, 2 signed Inf codes at |t| >= the overflow threshold; ``SZ_POS``: signed_zero "positive" (the
-    sign column is t < 0, else the sign bit); ``SR``: stochastic rounding; ``POW2_GAPS``: SR with every level
-    gap a normal power of two (the quotient is a product); ``N_THR`` / ``N_LVL``: threshold and level counts,
+    """The element encoder's constexprs (``ELEM`` in the kernels). ``ENCODER``: ``Encoder.code`` (module
+    docstring); ``SIGN_OR``: the code's sign bit (sign-magnitude); ``OVERFLOW``: ``Overflow.code``, saturate or
+    the NaN / signed Inf codes at |t| >= the overflow threshold; ``SZ_POS``: signed_zero "positive" (the sign
+    column is t < 0, else the sign bit); ``SR``: stochastic rounding; ``POW2_GAPS``: SR with every level gap a
+    normal power of two (the quotient is a product); ``N_THR`` / ``N_LVL``: threshold and level counts,
     ``L_THR`` / ``L_LVL`` their bit lengths; ``FBITS``: rtne / sr by bit arithmetic on an ExMy grid with
     ``FB_M`` mantissa bits, smallest normal exponent ``FB_EMIN`` and largest magnitude code ``FB_CMAX``;
     ``DIRECTED``: rtp / rtm, where a quotient that underflowed to +-0 counts as +-2^-149."""
 
-    PATH: int
+    ENCODER: int
     SIGN_OR: int
-    OVF: int
+    OVERFLOW: int
     SZ_POS: bool
     SR: bool
     POW2_GAPS: bool
@@ -86,35 +98,36 @@ class ElementCx(NamedTuple):
     FB_M: int
     FB_EMIN: int
     FB_CMAX: int
-    DIRECTED: bool = False
+    DIRECTED: bool
 
 
 class ScaleCx(NamedTuple):
-    """Block-scale constexprs (``SCALE`` in the kernels). ``METHOD``: 0 none, 1 amax family, 2 exponent rule
-    (``EXP_MODE`` 0 floor, 1 ceil, 2 even, with ``EVEN_ADD`` and the element's ``EMAX``); ``KIND``: 0 pow2,
-    1 float table, 2 fp32 bits, 3 bf16 bits, 4 ExMy float by bit arithmetic (``MB`` mantissa bits); ``ROUND``:
-    0 rtne, 1 ceil, 2 floor; ``OVF_NAN``: pow2 ideals above the largest code take the NaN code; ``BIAS``:
-    exponent bias; ``NAN``: the NaN scale code (-1: none, float-bits kind); ``DIV``: ideal = amax / target by
-    division (else times 1 / target); ``TWO_LEVEL`` / ``TS_FIRST``: a tensor scale, applied as value * (S * ts);
-    ``HAS_MIN`` / ``HAS_MAX``: clamps of the ideal scale; ``STRICT``: float-table search counts levels < v;
-    ``MAXV``: largest finite scale; ``HAS_ZB``: all-zero blocks take a fixed code; ``NAN_PROP``: Inf / NaN
-    blocks take the inf / nan codes; ``EDIV``: elements x / S (else x * (1 / S)); ``DIV_POW2``: that division
-    is exact as a product; ``ENCODE``: TransformerEngine's encode arithmetic; ``N_TG``: amax targets (4-over-6
-    selection when > 1); ``N_TAB`` / ``L_TAB``: float-table size and bit length, ``N_POS``: positive scale
-    codes; ``ERR_ABS``: 4-over-6 selection by absolute error (else squared); range edges
-    (``range_policy.kernel_constants``): ``TS_LO`` / ``TS_HI``, ``BUMP_LO`` / ``BUMP_HI``, ``S_CRIT``."""
+    """Block-scale constexprs (``SCALE`` in the kernels), named after the ``ScalePlan`` fields they come from.
+    ``CHOICE``: ``ScaleChoice.code`` (none, amax family, exponent rule); ``EXP_RULE``: ``ExponentRule.code``
+    with ``EVEN_ADD`` and the element's ``EMAX``; ``KIND``: ``ScaleKind.code`` (``MB`` mantissa bits of the
+    float-bits kind); ``ROUNDING``: ``ScaleRounding.code``; ``OVF_NAN``: pow2 ideals above the largest code take
+    the NaN code; ``BIAS``: exponent bias; ``NAN``: the NaN scale code (-1: none, float-bits kind);
+    ``DIVIDE_IDEAL``: ideal = amax / target by division (else times 1 / target); ``TWO_LEVEL`` / ``TS_FIRST``: a
+    tensor scale, applied as value * (S * ts); ``HAS_MIN`` / ``HAS_MAX``: clamps of the ideal scale; ``STRICT``:
+    float-table search counts levels < v; ``MAXV``: largest finite scale; ``HAS_ZB``: all-zero blocks take a
+    fixed code; ``NAN_PROP``: Inf / NaN blocks take the inf / nan codes; ``DIVIDE_ELEMENTS``: elements x / S
+    (else x * (1 / S)); ``DIV_POW2``: that division is exact as a product; ``ENCODE_ARITH``: TransformerEngine's
+    encode arithmetic; ``N_TG``: amax targets (4-over-6 selection when > 1); ``N_TAB`` / ``L_TAB``: float-table
+    size and bit length, ``N_POS``: positive scale codes; ``ERR_ABS``: 4-over-6 selection by absolute error
+    (else squared); range edges (``range_policy.kernel_constants``): ``TS_LO`` / ``TS_HI``, ``BUMP_LO`` /
+    ``BUMP_HI``, ``S_CRIT``."""
 
-    METHOD: int
-    EXP_MODE: int
+    CHOICE: int
+    EXP_RULE: int
     EVEN_ADD: int
     EMAX: int
     KIND: int
-    ROUND: int
+    ROUNDING: int
     OVF_NAN: bool
     BIAS: int
     NAN: int
     MB: int
-    DIV: bool
+    DIVIDE_IDEAL: bool
     TWO_LEVEL: bool
     TS_FIRST: bool
     HAS_MIN: bool
@@ -123,9 +136,9 @@ class ScaleCx(NamedTuple):
     MAXV: float
     HAS_ZB: bool
     NAN_PROP: bool
-    EDIV: bool
+    DIVIDE_ELEMENTS: bool
     DIV_POW2: bool
-    ENCODE: bool
+    ENCODE_ARITH: bool
     N_TG: int
     N_TAB: int
     L_TAB: int
@@ -139,9 +152,9 @@ class ScaleCx(NamedTuple):
 
 
 class DecodeCx(NamedTuple):
-    """In-register decoding of element codes (``DEC`` in the kernels): ``KIND`` 0 sign-magnitude ExMy without
-    specials (``EB`` exponent bits, ``MB`` mantissa bits, ``BIAS``), 1 two's-complement ``EB``-bit int times
-    ``STEP``, 2 value-table lookup."""
+    """In-register decoding of element codes (``DEC`` in the kernels): ``KIND`` ``ElementDecode.code``: FLOAT
+    (``EB`` exponent bits, ``MB`` mantissa bits, ``BIAS``), INT (an ``EB``-bit two's-complement int times
+    ``STEP``) or TABLE."""
 
     KIND: int
     EB: int
@@ -152,25 +165,23 @@ class DecodeCx(NamedTuple):
 
 @dataclass(frozen=True, eq=False)
 class ElementParams:
-    """Tables and constants for rounding float32 ``t`` onto the element grid with one rounding mode."""
+    """Runtime tables and constants for rounding float32 ``t`` onto the element grid with one rounding mode, and
+    the constexpr record ``cx``. The deterministic tables are those ``cx.ENCODER`` counts; SR reads ``levels``,
+    ``ctab_signed`` and ``inv_gaps``."""
 
-    path: int  # PATH: 0 sign-magnitude, 1 magnitude + table, 2 signed + table; SR uses levels/ctab_signed
-    thr: np.ndarray  # float32 thresholds for ``path``
-    ctab: np.ndarray  # int32 code table for ``path``
+    thr: np.ndarray  # float32 thresholds the encoder counts
+    ctab: np.ndarray  # int32 code table of the encoder
     half: int  # offset of the negative half in ``ctab``
-    sign_or: int
     levels: np.ndarray  # float32 signed levels (SR)
     ctab_signed: np.ndarray  # int32 [cpos, cneg] (SR)
     values: np.ndarray  # float32 value of every code (4-over-6 error, dequantize)
     inv_gaps: np.ndarray  # float32 1 / float32(levels[j+1] - levels[j]) (SR, used when every gap is a power of two)
-    pow2_gaps: bool  # SR: p = (t - lo) * inv_gap equals div_rn(t - lo, hi - lo) exactly
     nan_code: int
-    overflow: int  # OVF: 0 saturate, 1 nan, 2 inf
     overflow_thr: float
-    ovf_nan: int
-    inf_pos: int
+    ovf_nan: int  # the grid's NaN code (overflow "nan")
+    inf_pos: int  # +Inf / -Inf codes (overflow "inf")
     inf_neg: int
-    cx: ElementCx | None = None  # the constexpr record (also: FBITS, the bit-arithmetic encoders of ExMy grids)
+    cx: ElementCx
 
     @property
     def one_spacing(self) -> bool:
@@ -178,6 +189,11 @@ class ElementParams:
         the reciprocal scale and divide exactly only near rounding boundaries (``quantize._encode_blocks``)."""
         cx = self.cx
         return cx.FBITS and ((cx.FB_CMAX + 1) >> cx.FB_M) == 2
+
+    def kernel_args(self, tables: DeviceTables) -> tuple:
+        """The element arguments of the quantize and fake-quant kernels, in their order (the tuple ``etab``)."""
+        return (tables.thr, tables.ctab, self.half, tables.levels, tables.ctab_signed, tables.inv_gaps,
+                tables.values, self.nan_code, self.overflow_thr, self.ovf_nan, self.inf_pos, self.inf_neg)
 
 
 def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
@@ -190,15 +206,7 @@ def element_params(fmt: QuantFormat, mode: str) -> ElementParams:
 
 def _scale_params_of(fmt: QuantFormat) -> ScaleParams:
     """Scale constants of ``fmt`` (cached; read only)."""
-    sp = _scale_params(scale_plan(fmt))
-    edges = kernel_constants(fmt)
-    cx = ScaleCx(
-        sp.method, sp.exp_mode, sp.even_add, sp.emax, sp.skind, sp.sround, sp.overflow_nan, sp.sbias, sp.snan,
-        sp.mantissa_bits, sp.sdiv, sp.two_level, sp.ts_first, sp.min_scale is not None, sp.max_scale is not None,
-        sp.strict, sp.smax, sp.zero_code >= 0, sp.nan_prop, sp.ediv, sp.div_pow2, sp.encode, int(sp.targets.size),
-        *_sized(sp.stab), int(sp.scpos.size), sp.select_abs, edges["TS_LO"], edges["TS_HI"], edges["BUMP_LO"],
-        edges["BUMP_HI"], edges["S_CRIT"])
-    return dataclasses.replace(sp, cx=cx)
+    return _scale_params(scale_plan(fmt), kernel_constants(fmt))
 
 
 scale_params = cached_per_format(_scale_params_of)
@@ -206,93 +214,115 @@ scale_params = cached_per_format(_scale_params_of)
 
 @lru_cache(maxsize=512)  # keyed by the plan's identity: plans are cached per format
 def _element_params(ep: ElementPlan) -> ElementParams:
-    fb = ep.float_bits or (0, 0, 0)
-    inf = ep.inf_codes or (0, 0)
-    cx = ElementCx(PATH[ep.encoder], ep.sign_or, OVF[ep.overflow], not ep.keep_sign, ep.stochastic,
-                   ep.pow2_gaps and ep.stochastic, *_sized(ep.table_thr), *_sized(ep.levels),
-                   ep.float_bits is not None, *fb, ep.mode in ("rtp", "rtm"))
+    m, emin, cmax = ep.float_bits or (0, 0, 0)
+    inf_pos, inf_neg = ep.inf_codes or (0, 0)
+    cx = ElementCx(
+        ENCODER=ep.encoder.code, SIGN_OR=ep.sign_or, OVERFLOW=ep.overflow.code, SZ_POS=not ep.keep_sign,
+        SR=ep.stochastic, POW2_GAPS=ep.pow2_gaps and ep.stochastic, N_THR=int(ep.table_thr.size),
+        L_THR=_bit_length(ep.table_thr), N_LVL=int(ep.levels.size), L_LVL=_bit_length(ep.levels),
+        FBITS=ep.float_bits is not None, FB_M=m, FB_EMIN=emin, FB_CMAX=cmax, DIRECTED=ep.mode in DIRECTED_MODES)
     return ElementParams(
-        path=PATH[ep.encoder], thr=ep.table_thr, ctab=ep.table_codes, half=ep.half, sign_or=ep.sign_or,
-        levels=ep.levels, ctab_signed=ep.codes, values=ep.values, inv_gaps=ep.inv_gaps, pow2_gaps=ep.pow2_gaps,
-        nan_code=ep.nan_code, overflow=OVF[ep.overflow], overflow_thr=float(ep.overflow_thr),
-        ovf_nan=ep.grid_nan_code or 0, inf_pos=inf[0], inf_neg=inf[1], cx=cx)
+        thr=ep.table_thr, ctab=ep.table_codes, half=ep.half, levels=ep.levels, ctab_signed=ep.codes,
+        values=ep.values, inv_gaps=ep.inv_gaps, nan_code=ep.nan_code, overflow_thr=float(ep.overflow_thr),
+        ovf_nan=ep.grid_nan_code or 0, inf_pos=inf_pos, inf_neg=inf_neg, cx=cx)
 
 
 @dataclass(frozen=True, eq=False)
 class ScaleParams:
-    """Constants for choosing, encoding and decoding block scales."""
+    """Runtime tables and constants for choosing, encoding and decoding block scales, and the constexpr record
+    ``cx`` (the flags host code reads too: ``cx.CHOICE``, ``cx.KIND``, ``cx.TWO_LEVEL``, ...)."""
 
-    method: int  # METHOD: 0 none, 1 amax family, 2 exponent rule (floor/ceil/even)
-    exp_mode: int = 0  # EXP_MODE: plan.ExponentRule.code (0 floor, 1 ceil, 2 even)
-    even_add: int = 0
-    emax: int = 0
-    skind: int = 0  # KIND: 0 pow2, 1 float table, 2 fp32, 3 bf16, 4 float by bit arithmetic
-    sround: int = 0  # ROUND: 0 rtne, 1 ceil, 2 floor
-    overflow_nan: bool = False  # pow2 codes above the largest become NaN (scale_overflow "nan")
-    sbias: int = 0
-    snan: int = 0  # pow2 / float NaN code (float bits: -1 for none)
-    mantissa_bits: int = 0  # float-bits scales
-    targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
-    inv_targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))
-    sdiv: bool = True
-    two_level: bool = False
-    ts_first: bool = False  # two-level values as value * (S * ts) (dequantize_order "scale_product_first")
-    select_abs: bool = False  # 4-over-6 target selection by absolute error (select_by "sae"), else squared
-    ts_den: float = 1.0
-    min_scale: float | None = None
-    max_scale: float | None = None
+    cx: ScaleCx
+    targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))  # float32 amax targets
+    inv_targets: np.ndarray = field(default_factory=lambda: np.ones(1, F32))  # float32(1 / target)
+    ts_den: float = 1.0  # two-level: tensor scale = amax / ts_den
+    min_scale: float = 0.0  # clamps of the ideal scale (read when cx.HAS_MIN / cx.HAS_MAX)
+    max_scale: float = 0.0
     stab: np.ndarray = field(default_factory=lambda: np.zeros(1, F32))  # float-table encode thresholds/levels
-    strict: bool = False
-    scpos: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int32))
-    smax: float = 0.0
+    scpos: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int32))  # scale code of each table entry
     svals: np.ndarray = field(default_factory=lambda: np.zeros(1, F32))  # decoded value of every scale code
-    zero_code: int = -1
+    zero_code: int = 0  # scale code of an all-zero block (read when cx.HAS_ZB)
     inf_code: int = 0
-    nan_code: int = 0
-    nan_prop: bool = True
-    ediv: bool = True  # element scaling x / S (else x * (1/S))
-    div_pow2: bool = False  # x / S == x * (1/S) exactly (single-level pow2 scales)
-    # TransformerEngine "encode" arithmetic (g = target*smax/amax_t, t = x * min(1/(S*ts), FLT_MAX))
-    encode: bool = False
-    cx: ScaleCx | None = None  # the constexpr record (scale_params)
+    nan_code: int = 0  # read only with nan_policy "propagate"
+
+    @property
+    def scaled(self) -> bool:
+        """The format has block scales."""
+        return self.cx.CHOICE != ScaleChoice.NONE.code
+
+    @property
+    def divides(self) -> bool:
+        """Elements are divided by their scale one by one (not a product: see ``quantize._scale_elements``)."""
+        cx = self.cx
+        return cx.DIVIDE_ELEMENTS and not (cx.DIV_POW2 or cx.ENCODE_ARITH)
+
+    def kernel_tables(self, tables: DeviceTables) -> tuple:
+        """The scale tables of the quantize and fake-quant kernels, in their order (the head of ``stab``)."""
+        return tables.targets, tables.inv_targets, tables.stab, tables.scpos, tables.svals
+
+    def block_constants(self) -> tuple:
+        """The block-scale constants that follow the tables (the tail of ``stab``): clamps, zero / Inf / NaN
+        block codes."""
+        return self.min_scale, self.max_scale, self.zero_code, self.inf_code, self.nan_code
+
+
+class DeviceTables(NamedTuple):
+    """The element and scale tables of one (format, rounding) on one device."""
+
+    thr: Any
+    ctab: Any
+    levels: Any
+    ctab_signed: Any
+    inv_gaps: Any
+    values: Any
+    targets: Any
+    inv_targets: Any
+    stab: Any
+    scpos: Any
+    svals: Any
 
 
 @lru_cache(maxsize=256)  # keyed by the plan's identity: plans are cached per format
-def _scale_params(sp: ScalePlan) -> ScaleParams:
+def _scale_params(sp: ScalePlan, edges: RangeEdges) -> ScaleParams:
     if sp.choice == ScaleChoice.NONE:
-        return ScaleParams(method=0)
-    f: dict = {}
-    if sp.choice == ScaleChoice.EXPONENT:
-        f.update(exp_mode=sp.exponent_rule.code, even_add=sp.even_add, emax=sp.emax_elem)
-    snan = sp.table_nan or 0
+        return ScaleParams(cx=ScaleCx(
+            CHOICE=sp.choice.code, EXP_RULE=0, EVEN_ADD=0, EMAX=0, KIND=0, ROUNDING=0, OVF_NAN=False, BIAS=0,
+            NAN=0, MB=0, DIVIDE_IDEAL=True, TWO_LEVEL=False, TS_FIRST=False, HAS_MIN=False, HAS_MAX=False,
+            STRICT=False, MAXV=0.0, HAS_ZB=False, NAN_PROP=True, DIVIDE_ELEMENTS=True, DIV_POW2=False,
+            ENCODE_ARITH=False, N_TG=1, N_TAB=1, L_TAB=1, N_POS=1, ERR_ABS=False, **edges._asdict()))
+    stab, strict, scpos, smax = np.zeros(1, F32), False, np.zeros(1, np.int32), 0.0
+    snan, mantissa_bits = sp.table_nan or 0, 0
     if sp.float_scale:
-        f.update(scpos=sp.level_codes, smax=float(sp.max_value))
+        scpos, smax = sp.level_codes, float(sp.max_value)
         if sp.rounding == ScaleRounding.RTNE:  # index = count(stab <= v)
-            f["stab"] = sp.thresholds
+            stab = sp.thresholds
         elif sp.rounding == ScaleRounding.CEIL:  # count(levels < v)
-            f.update(stab=sp.levels, strict=True)
+            stab, strict = sp.levels, True
         else:  # count(levels[1:] <= v)
-            f["stab"] = sp.levels[1:]
+            stab = sp.levels[1:]
         if sp.kind == ScaleKind.FLOAT_BITS:
             snan = sp.table_nan if sp.table_nan is not None else -1
-            f["mantissa_bits"] = sp.mantissa_bits
+            mantissa_bits = sp.mantissa_bits
     if sp.kind in (ScaleKind.FP32, ScaleKind.BF16):
-        f["smax"] = float(sp.max_value)  # +Inf ideal scales saturate to the largest finite value
-    if sp.values is not None:
-        f["svals"] = sp.values
-    two_level = sp.two_level
-    ts_first = two_level and sp.scale_product_first
-    ediv = sp.divide_elements
+        smax = float(sp.max_value)  # +Inf ideal scales saturate to the largest finite value
+    exponent = sp.choice == ScaleChoice.EXPONENT
+    cx = ScaleCx(
+        CHOICE=sp.choice.code, EXP_RULE=sp.exponent_rule.code if exponent else 0,
+        EVEN_ADD=sp.even_add if exponent else 0, EMAX=sp.emax_elem if exponent else 0, KIND=sp.kind.code,
+        ROUNDING=sp.rounding.code, OVF_NAN=sp.overflow_nan, BIAS=sp.bias, NAN=snan, MB=mantissa_bits,
+        DIVIDE_IDEAL=sp.divide_ideal, TWO_LEVEL=sp.two_level, TS_FIRST=sp.two_level and sp.scale_product_first,
+        HAS_MIN=sp.min_scale is not None, HAS_MAX=sp.max_scale is not None, STRICT=strict, MAXV=smax,
+        HAS_ZB=sp.zero_code is not None, NAN_PROP=sp.nan_propagate, DIVIDE_ELEMENTS=sp.divide_elements,
+        DIV_POW2=sp.divide_elements and sp.kind == ScaleKind.POW2 and not sp.two_level and not sp.encode_arith,
+        ENCODE_ARITH=sp.encode_arith, N_TG=int(sp.targets.size), N_TAB=int(stab.size), L_TAB=_bit_length(stab),
+        N_POS=int(scpos.size), ERR_ABS=bool(sp.select_abs), **edges._asdict())
     return ScaleParams(
-        method=METHOD[sp.choice], skind=SKIND[sp.kind], sround=SROUND[sp.rounding], overflow_nan=sp.overflow_nan,
-        sbias=sp.bias, snan=snan, targets=sp.targets, inv_targets=sp.inv_targets, sdiv=sp.divide_ideal,
-        two_level=two_level, ts_first=ts_first, select_abs=bool(sp.select_abs),
-        ts_den=float(sp.ts_den), min_scale=None if sp.min_scale is None else float(sp.min_scale),
-        max_scale=None if sp.max_scale is None else float(sp.max_scale),
-        zero_code=-1 if sp.zero_code is None else sp.zero_code, inf_code=sp.inf_code,
-        nan_code=0 if sp.nan_code is None else sp.nan_code,  # read only with nan_policy "propagate"
-        nan_prop=sp.nan_propagate, ediv=ediv, encode=sp.encode_arith,
-        div_pow2=ediv and sp.kind == ScaleKind.POW2 and not two_level and not sp.encode_arith, **f)
+        cx=cx, targets=sp.targets, inv_targets=sp.inv_targets, ts_den=float(sp.ts_den),
+        min_scale=0.0 if sp.min_scale is None else float(sp.min_scale),
+        max_scale=0.0 if sp.max_scale is None else float(sp.max_scale), stab=stab, scpos=scpos,
+        svals=sp.values if sp.values is not None else np.zeros(1, F32),
+        zero_code=0 if sp.zero_code is None else sp.zero_code, inf_code=sp.inf_code,
+        nan_code=0 if sp.nan_code is None else sp.nan_code)
 
 
 def block_extents(fmt: QuantFormat) -> tuple[int, int]:
@@ -347,11 +377,11 @@ def gemm_plan(fmt: QuantFormat) -> str:
 
 
 def element_decode_kind(fmt: QuantFormat) -> DecodeCx:
-    """In-register decoding of element codes (dequantize, fake-quantize, GEMM): kind 0 sign-magnitude float
-    without specials, 1 two's-complement int times step, 2 table lookup."""
+    """In-register decoding of element codes (dequantize, fake-quantize, GEMM): ``ElementDecode``."""
     g = fmt.element
     if isinstance(g, FloatGrid) and g.signed and g.specials == "none" and g.subnormals:
-        return DecodeCx(0, g.exponent_bits, g.mantissa_bits, g.exponent_bias, 0.0)
+        return DecodeCx(KIND=ElementDecode.FLOAT.code, EB=g.exponent_bits, MB=g.mantissa_bits, BIAS=g.exponent_bias,
+                        STEP=0.0)
     if isinstance(g, IntGrid):
-        return DecodeCx(1, g.bits, 0, 0, float(g.step))
-    return DecodeCx(2, 0, 0, 0, 0.0)
+        return DecodeCx(KIND=ElementDecode.INT.code, EB=g.bits, MB=0, BIAS=0, STEP=float(g.step))
+    return DecodeCx(KIND=ElementDecode.TABLE.code, EB=0, MB=0, BIAS=0, STEP=0.0)

@@ -13,6 +13,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fp4lab.kernels.codes import (
+    CHOICE_NONE,
+    ETAB_LEVELS,
+    ETAB_VALUES,
+    KIND_FLOAT_BITS,
+    KIND_FLOAT_TABLE,
+    KIND_FP32,
+    KIND_POW2,
+    ROUND_CEIL,
+)
 from fp4lab.kernels.tile import (
     FLT_MAX,
     bits_of,
@@ -117,7 +127,7 @@ def _encode(t, rnd, etab, ELEM: tl.constexpr, NAN_T: tl.constexpr):
         code = encode_sr(t, rnd, lvl_ptr, sctab_ptr, igap_ptr, ELEM)
     else:
         code = encode_det(t, thr_ptr, ctab_ptr, half, ELEM)
-    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, ELEM.OVF, NAN_T)
+    return element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, ELEM.OVERFLOW, NAN_T)
 
 
 @triton.jit
@@ -126,7 +136,7 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
     LEAN: the tile is known to hold finite x only and normal finite S with finite reciprocals (see
     _tile_is_plain), so the zero-scale and 0 * Inf corrections are no-ops and are left out."""
     one = tl.full(S.shape, 1.0, tl.float32)
-    if SCALE.ENCODE:
+    if SCALE.ENCODE_ARITH:
         if SCALE.TWO_LEVEL:
             r = tl.minimum(tl.div_rn(one, S * ts), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
@@ -134,7 +144,7 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
         t = xb * _expand(r, TWO_D)
     elif SCALE.DIV_POW2:
         t = xb * _expand(tl.div_rn(one, S), TWO_D)
-    elif SCALE.EDIV:
+    elif SCALE.DIVIDE_ELEMENTS:
         if SCALE.TWO_LEVEL:
             den = S * ts
         else:
@@ -146,7 +156,7 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
             t = xb * re
         else:
             t = tl.where((xb == 0.0) & (tl.abs(re) == float("inf")), xb, xb * re)  # 0 * inf (1/S overflowed) stays 0
-    if not (SCALE.ENCODE or LEAN):
+    if not (SCALE.ENCODE_ARITH or LEAN):
         t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
     return t
 
@@ -196,7 +206,7 @@ def _tile_is_plain(has_inf, has_nan, S, ts, SCALE: tl.constexpr):
     S_CRIT: tl.constexpr = SCALE.S_CRIT
     eb = bits_of(S) & 0x7F800000
     bad = has_inf | has_nan | (eb == 0) | (eb == 0x7F800000)
-    if not (SCALE.ENCODE or SCALE.EDIV or SCALE.DIV_POW2):
+    if not (SCALE.ENCODE_ARITH or SCALE.DIVIDE_ELEMENTS or SCALE.DIV_POW2):
         bad = bad | ((bits_of(_reciprocal(S, ts, SCALE.TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
     if S_CRIT > 0.0:
         if SCALE.TWO_LEVEL:
@@ -220,15 +230,15 @@ def multiplier_floor(ts, svals_ptr, SCALE: tl.constexpr):
     m = div_rn(1, ts) (1 single-level); value 0 (no floor) if none. m / S is finite iff S > m / (2^128 - 2^103),
     and that bound lies within 2^-24 (relative) above v = m * 2^-128: so the answer is the smallest scale >= v
     (its ceil encoding), or the next code if that one's multiplier overflows (scale spacings exceed 2^-24).
-    Float tables (KIND 1): by bisection. Once per program."""
-    SKIND: tl.constexpr = SCALE.KIND
+    Float tables: by bisection. Once per program."""
+    KIND: tl.constexpr = SCALE.KIND
     LO: tl.constexpr = SCALE.BUMP_LO
     HI: tl.constexpr = SCALE.BUMP_HI
     if SCALE.TWO_LEVEL:
         m = tl.div_rn(ts * 0.0 + 1.0, ts)
     else:
         m = tl.full((), 1.0, tl.float32)
-    if SKIND == 1:
+    if KIND == KIND_FLOAT_TABLE:
         lo = tl.full((), LO, tl.int32)
         hi = tl.full((), HI, tl.int32)
         for _ in tl.static_range((HI - LO).bit_length()):
@@ -239,11 +249,11 @@ def multiplier_floor(ts, svals_ptr, SCALE: tl.constexpr):
         c = lo
     else:
         v = (m * 5.421010862427522e-20) * 5.421010862427522e-20  # m * 2^-128, one rounding (2^-64 twice)
-        if SKIND == 0:
-            c1 = tl.minimum(tl.maximum(pow2_exponent(v, 1) + SCALE.BIAS, 0), SCALE.NAN - 1)
-        elif SKIND == 4:
-            c1 = encode_float_scale(tl.minimum(v, SCALE.MAXV), SCALE.MB, SCALE.BIAS, 1)
-        elif SKIND == 2:
+        if KIND == KIND_POW2:
+            c1 = tl.minimum(tl.maximum(pow2_exponent(v, ROUND_CEIL) + SCALE.BIAS, 0), SCALE.NAN - 1)
+        elif KIND == KIND_FLOAT_BITS:
+            c1 = encode_float_scale(tl.minimum(v, SCALE.MAXV), SCALE.MB, SCALE.BIAS, ROUND_CEIL)
+        elif KIND == KIND_FP32:
             c1 = bits_of(v)
         else:
             b = bits_of(v)
@@ -311,7 +321,7 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
     then never NaN, so the NaN element policy is left out too); SCALE.S_CRIT > 0: decoded-range caps (tensor
     scale 1)."""
     NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> ELEM.FB_M
-    if LEAN and QDIV and SCALE.EDIV and ELEM.FBITS and NB == 2 and not ELEM.SR:
+    if LEAN and QDIV and SCALE.DIVIDE_ELEMENTS and ELEM.FBITS and NB == 2 and not ELEM.SR:
         # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
         # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
         # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
@@ -330,7 +340,7 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
         te = _scale_elements(eb, S, ts, TWO_D, SCALE, LEAN)
         to = _scale_elements(ob, S, ts, TWO_D, SCALE, LEAN)
         if SCALE.S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
-            lvl_ptr = etab[3]
+            lvl_ptr = etab[ETAB_LEVELS]
             lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
             te = _cap(te, _expand(lo, TWO_D), _expand(hi, TWO_D))
             to = _cap(to, _expand(lo, TWO_D), _expand(hi, TWO_D))
@@ -380,7 +390,7 @@ def tensor_scale(amax_t, ts_den, SCALE: tl.constexpr):
     literal would make fp64), and, for "encode" arithmetic, the encode scale g (1 otherwise)."""
     ts_lo = f32_of(tl.full((), SCALE.TS_LO, tl.int32))
     ts_hi = f32_of(tl.full((), SCALE.TS_HI, tl.int32))
-    if SCALE.ENCODE:
+    if SCALE.ENCODE_ARITH:
         g = tl.where(amax_t > 0.0, tl.minimum(tl.div_rn(ts_den, amax_t), FLT_MAX, propagate_nan=tl.PropagateNan.ALL),
                      1.0)
         g = tl.where(g > 0.0, g, 1.0)
@@ -397,8 +407,9 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                     TC: tl.constexpr, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
                     QDIV: tl.constexpr, LEAN_OK: tl.constexpr, floor, FLOOR_GIVEN: tl.constexpr):
     """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
-    (METHOD != 0; tensor scale ts and encode scale g of two-level formats): (code_e, code_o [BM, C2], scale codes,
-    decoded scales [blocks of the tile]); element-only formats return zero-sized scale placeholders (0, 1).
+    (unless SCALE.CHOICE is NONE; tensor scale ts and encode scale g of two-level formats): (code_e, code_o
+    [BM, C2], scale codes, decoded scales [blocks of the tile]); element-only formats return zero-sized scale
+    placeholders (0, 1).
     ``etab`` / ``stab``: the element and scale tables (see ``_quantize_kernel``). Range edges
     (range_policy.kernel_constants): BUMP_HI > 0: the multiplier floor over scale codes [BUMP_LO, BUMP_HI] (then a
     lean tile may hold raised blocks: their multipliers are finite); S_CRIT > 0: decoded-range caps for blocks
@@ -407,7 +418,7 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
     BUMP: tl.constexpr = SCALE.BUMP_HI > 0
     N_TG: tl.constexpr = SCALE.N_TG
     TH: tl.constexpr = TC // 2
-    if SCALE.METHOD == 0:
+    if SCALE.CHOICE == CHOICE_NONE:
         code_e = _encode(xe, re, etab, ELEM, True)
         code_o = _encode(xo, ro, etab, ELEM, True)
         return code_e, code_o, 0, 1.0
@@ -446,7 +457,7 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
         else:
             best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
         if N_TG > 1:
-            vals_ptr = etab[6]
+            vals_ptr = etab[ETAB_VALUES]
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
             for ti in tl.static_range(1, N_TG):
                 sc, S = _block_scales(amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr + ti), tl.load(itg_ptr + ti),
@@ -513,7 +524,7 @@ def _quantize_kernel(
             tl.store(ts_ptr, ts)
     code_e, code_o, best_sc, best_S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM, C2, TR, TC, TWO_D,
                                                       ELEM, SCALE, QDIV, LEAN_OK, (0, 0.0), False)
-    if SCALE.METHOD != 0:
+    if SCALE.CHOICE != CHOICE_NONE:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
         if STORE_S:

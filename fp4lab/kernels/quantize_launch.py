@@ -9,27 +9,33 @@ import numpy as np
 import triton
 
 from fp4lab.kernels import quantize as qk
+from fp4lab.kernels.params import DeviceTables, ElementParams, InputKind, ScaleParams
 from fp4lab.numerics.blocks import BlockView
 from fp4lab.numerics.options import DEFAULT_OPTIONS, QuantizeOptions, as_options
 from fp4lab.numerics.philox import sr_elements_per_call
+from fp4lab.numerics.plan import ScaleKind
 from fp4lab.numerics.ref_quantize import check_rounding
 from fp4lab.numerics.rht import check_rht_size, rht_scale, rht_signs
 
 _TABLE_SETS: dict[tuple, tuple] = {}
+# stored scale codes: 8 bits but for the fp32 / bf16 bit patterns
+_SCALE_CODE_DTYPES = {ScaleKind.FP32.code: "int32", ScaleKind.BF16.code: "int16"}
 
 
-def kernel_tables(ep, sp, dev) -> tuple:
+def kernel_tables(ep: ElementParams, sp: ScaleParams, dev) -> DeviceTables:
     """The kernel's device tables for (cached) element/scale params on ``dev``, built once per triple."""
     from fp4lab.kernels.host import device_array
 
     key = (id(ep), id(sp), str(dev))
     hit = _TABLE_SETS.get(key)
     if hit is None or hit[0] is not ep or hit[1] is not sp:
-        arrs = (ep.thr, ep.ctab, ep.levels, ep.ctab_signed, ep.inv_gaps, ep.values, sp.targets, sp.inv_targets,
-                sp.stab, sp.scpos, sp.svals)
+        arrs = DeviceTables(
+            thr=ep.thr, ctab=ep.ctab, levels=ep.levels, ctab_signed=ep.ctab_signed, inv_gaps=ep.inv_gaps,
+            values=ep.values, targets=sp.targets, inv_targets=sp.inv_targets, stab=sp.stab, scpos=sp.scpos,
+            svals=sp.svals)
         if len(_TABLE_SETS) > 256:
             _TABLE_SETS.clear()
-        hit = _TABLE_SETS[key] = (ep, sp, tuple(device_array(a, dev) for a in arrs))
+        hit = _TABLE_SETS[key] = (ep, sp, DeviceTables(*(device_array(a, dev) for a in arrs)))
     return hit[2]
 
 
@@ -98,56 +104,53 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
     if tile is not None and len(tile) > 2 and not interp:
         opts["num_warps"] = tile[2]
     amax_buf = ts_out = scratch_f32(dev)  # read-only / unwritten unless two-level: no fill launches per call
-    if sp.two_level:
+    scaled, two_level = sp.scaled, sp.cx.TWO_LEVEL
+    if two_level:
         if tensor_amax is not None:
             amax_buf = tensor_amax.reshape(1).to(f32)
         elif mv.M * mv.K:
             part = torch.empty(grid[0] * grid[1], dtype=f32, device=dev)
-            qk._amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk, IN_KIND=in_kind,
-                               INNER1=inner1, RHT_N=rht_n, **opts)
+            qk._amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk,
+                                  IN_KIND=in_kind.code, INNER1=inner1, RHT_N=rht_n, **opts)
             amax_buf = part.max().reshape(1)
-    sdtype = ({0: torch.uint8, 1: torch.uint8, 2: torch.int32, 3: torch.int16, 4: torch.uint8}[sp.skind]
-              if sp.method else torch.uint8)
-    sshape = view.scale_shape if sp.method else (0,)
+    sdtype = getattr(torch, _SCALE_CODE_DTYPES.get(sp.cx.KIND, "uint8") if scaled else "uint8")
+    sshape = view.scale_shape if scaled else (0,)
     codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
     scodes = torch.empty(sshape, dtype=sdtype, device=dev)
-    scales = torch.empty(sshape if (sp.method and store_scales) else (0,), dtype=f32, device=dev)
-    if sp.two_level:  # the kernel's first program stores the tensor scale
+    scales = torch.empty(sshape if (scaled and store_scales) else (0,), dtype=f32, device=dev)
+    if two_level:  # the kernel's first program stores the tensor scale
         ts_out = torch.empty(1, dtype=f32, device=dev) if mv.M * mv.K else torch.ones(1, dtype=f32, device=dev)
     per_call = sr_elements_per_call(sr_bits)  # checked by QuantizeOptions
     fast_rand = inner1 and mv.K % per_call == 0 and bk % per_call == 0
-    words = in_kind == 1 and inner1 and mv.K % 2 == 0
+    words = in_kind == InputKind.BF16 and inner1 and mv.K % 2 == 0
     xk = xin.view(torch.int32) if words else xin
-    if sp.method and tc < 2:
+    if scaled and tc < 2:
         raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
 
     # the per-tile lean branch (see _tile_is_plain) pays off unless it would still divide every element: a second
     # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
-    qdiv = (in_kind == 0 or rht_n > 0) and ep.one_spacing and mode == "rtne"
-    divides = sp.ediv and not (sp.div_pow2 or sp.encode)  # x / S element by element (see _scale_elements)
-    lean_ok = sp.targets.size == 1 and (qdiv or not divides)
+    qdiv = (in_kind == InputKind.F32 or rht_n > 0) and ep.one_spacing and mode == "rtne"
+    lean_ok = sp.targets.size == 1 and (qdiv or not sp.divides)
     if mv.M * mv.K:
-        thr, ctab, lvl, sctab, igap, vals, tg, itg, stab, scpos, svals = kernel_tables(ep, sp, dev)
+        tables = kernel_tables(ep, sp, dev)
         qk._quantize_kernel[grid](
-            xk, codes, scodes, scales, amax_buf, ts_out, thr, ctab, ep.half, lvl, sctab, igap, vals,
-            ep.nan_code, ep.overflow_thr, ep.ovf_nan, ep.inf_pos, ep.inf_neg, tg, itg, stab, scpos, svals,
-            sp.ts_den, sp.min_scale or 0.0, sp.max_scale or 0.0, max(sp.zero_code, 0), sp.inf_code, sp.nan_code,
-            signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
-            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind, INNER1=inner1, WORDS=words, PACK=packed,
-            STORE_S=bool(sp.method and store_scales), FAST_RAND=fast_rand, SRW=int(sr_bits), RHT_N=rht_n, QDIV=qdiv,
+            xk, codes, scodes, scales, amax_buf, ts_out, *ep.kernel_args(tables), *sp.kernel_tables(tables),
+            sp.ts_den, *sp.block_constants(), signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
+            BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind.code, INNER1=inner1, WORDS=words, PACK=packed,
+            STORE_S=bool(scaled and store_scales), FAST_RAND=fast_rand, SRW=int(sr_bits), RHT_N=rht_n, QDIV=qdiv,
             LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, **opts)
-    if sp.skind == 3 and sp.method:
+    if scaled and sp.cx.KIND == ScaleKind.BF16.code:
         scodes = scodes.view(torch.uint16)
-    ts = ts_out.reshape(()) if sp.two_level else None
+    ts = ts_out.reshape(()) if two_level else None
     swizzled = None
     if swizzle:
         from fp4lab.layout import swizzle_scales_128x4
 
-        if len(shape) != 2 or view.axis != 1 or two_d or not sp.method:
+        if len(shape) != 2 or view.axis != 1 or two_d or not scaled:
             raise InputError("quantize: swizzle=True needs a 2-D input with 1-D blocks along its last axis")
         swizzled = swizzle_scales_128x4(scodes)
     return QuantizedTensor(
         codes=None if packed else codes, scale_codes=scodes,
-        scales=None if (sp.method and not store_scales) else scales, tensor_scale=ts, fmt=fmt, axis=view.axis,
+        scales=None if (scaled and not store_scales) else scales, tensor_scale=ts, fmt=fmt, axis=view.axis,
         rounding=mode, seed=seed, rht=rht, rht_seed=rht_seed, meta={"torch": True},
         packed_codes=codes if packed else None, scale_codes_swizzled=swizzled)

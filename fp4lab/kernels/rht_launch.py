@@ -32,6 +32,6 @@ def rht_triton(x, size=16, seed=0, axis=-1, inverse=False, tile=None):
     if mv.M * mv.K:
         grid = (triton.cdiv(mv.M, bm), triton.cdiv(mv.K, bk))
         rk._rht_kernel[grid](xin, out, device_array(rht_signs(n, seed), x.device), float(rht_scale(n)), mv.M, mv.K,
-                          mv.inner, BM=bm, BK=bk, IN_KIND=in_kind, INNER1=mv.inner == 1, N=n,
+                          mv.inner, BM=bm, BK=bk, IN_KIND=in_kind.code, INNER1=mv.inner == 1, N=n,
                           INVERSE=bool(inverse), **opts)
     return out

@@ -17,6 +17,26 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from fp4lab.kernels.codes import (
+    CHOICE_EXPONENT,
+    DECODE_FLOAT,
+    DECODE_INT,
+    ENCODER_SIGN_MAGNITUDE,
+    ENCODER_SIGNED,
+    INPUT_BF16,
+    INPUT_F16,
+    KIND_FLOAT_BITS,
+    KIND_FLOAT_TABLE,
+    KIND_FP32,
+    KIND_POW2,
+    OVERFLOW_INF,
+    OVERFLOW_NAN,
+    ROUND_CEIL,
+    ROUND_FLOOR,
+    ROUND_RTNE,
+    RULE_CEIL,
+    RULE_EVEN,
+)
 from fp4lab.kernels.host import interpreting
 
 FLT_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
@@ -111,12 +131,12 @@ def grouped_tile(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr
 
 @triton.jit
 def load_f32(ptr, offs, mask, IN_KIND: tl.constexpr):
-    """Load as fp32: IN_KIND 0 fp32, 1 bf16 (read as int16 bit patterns, widened by a shift: exact, also for
-    subnormals, unlike the interpreter's bf16 cast), 2 fp16."""
-    if IN_KIND == 1:
+    """Load as fp32 (``IN_KIND``: ``params.InputKind``): fp32, bf16 (read as int16 bit patterns, widened by a
+    shift: exact, also for subnormals, unlike the interpreter's bf16 cast), fp16."""
+    if IN_KIND == INPUT_BF16:
         b = tl.load(ptr + offs, mask=mask, other=0)
         return f32_of(b.to(tl.int32) << 16)
-    elif IN_KIND == 2:
+    elif IN_KIND == INPUT_F16:
         return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
         return tl.load(ptr + offs, mask=mask, other=0.0)
@@ -159,14 +179,14 @@ def count_tab(v, tab_ptr, N: tl.constexpr, STRICT: tl.constexpr, LOG: tl.constex
 
 @triton.jit
 def encode_det(t, thr_ptr, ctab_ptr, half, ELEM: tl.constexpr):
-    """Element codes of fp32 ``t`` for a deterministic mode (see params.py for the three paths)."""
+    """Element codes of fp32 ``t`` for a deterministic mode (see params.py for the three encoders)."""
     neg = negative(t, ELEM.SZ_POS)
-    if ELEM.PATH == 2:
+    if ELEM.ENCODER == ENCODER_SIGNED:
         idx = count_tab(t, thr_ptr, ELEM.N_THR, False, ELEM.L_THR)
         code = tl.load(ctab_ptr + idx + neg * half)
     else:
         m = count_tab(tl.abs(t), thr_ptr, ELEM.N_THR, False, ELEM.L_THR)
-        if ELEM.PATH == 0:
+        if ELEM.ENCODER == ENCODER_SIGN_MAGNITUDE:
             code = m | (neg * ELEM.SIGN_OR)
         else:
             code = tl.load(ctab_ptr + m + neg * half)
@@ -177,7 +197,7 @@ def encode_det(t, thr_ptr, ctab_ptr, half, ELEM: tl.constexpr):
 def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, ELEM: tl.constexpr):
     """Stochastic rounding: neighbours lo <= t < hi, p = div_rn(t - lo, hi - lo); up iff floor(p * 2^24) > rand24.
     Level index k and the neighbours by unrolled compare/select over the levels (up to 32), else by gathers.
-    PATH 0 grids give the code as |idx - z| | sign * SIGN_OR (z = index of level 0), others by table.
+    Sign-magnitude grids give the code as |idx - z| | sign * SIGN_OR (z = index of level 0), others by table.
     POW2_GAPS: every hi - lo is a power of two, so the quotient is the exact product with its reciprocal."""
     N_LVL: tl.constexpr = ELEM.N_LVL
     POW2_GAPS: tl.constexpr = ELEM.POW2_GAPS
@@ -212,7 +232,7 @@ def encode_sr(t, rand24, lvl_ptr, ctab_ptr, igap_ptr, ELEM: tl.constexpr):
     f24 = (p * 16777216.0).to(tl.int32)
     idx = k + (f24 > rand24).to(tl.int32)
     idx = tl.where(t >= tl.load(lvl_ptr + N_LVL - 1), N_LVL - 1, tl.where(t <= tl.load(lvl_ptr), 0, idx))
-    if ELEM.PATH == 0:
+    if ELEM.ENCODER == ENCODER_SIGN_MAGNITUDE:
         z = (N_LVL - 1) // 2
         return tl.abs(idx - z) | (neg * ELEM.SIGN_OR)
     else:
@@ -280,12 +300,13 @@ def encode_fbits_sr(t, v, ELEM: tl.constexpr):
 
 
 @triton.jit
-def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF: tl.constexpr, NAN_T: tl.constexpr):
-    """Overflow policy (OVF 1: NaN code, 2: signed Inf codes at |t| >= ovf_thr) and, when NAN_T (t may be NaN),
-    the NaN element code."""
-    if OVF == 1:
+def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVERFLOW: tl.constexpr,
+                     NAN_T: tl.constexpr):
+    """Overflow policy (``Overflow``: the NaN code or the signed Inf codes at |t| >= ovf_thr) and, when NAN_T (t
+    may be NaN), the NaN element code."""
+    if OVERFLOW == OVERFLOW_NAN:
         code = tl.where(tl.abs(t) >= ovf_thr, ovf_nan, code)
-    elif OVF == 2:
+    elif OVERFLOW == OVERFLOW_INF:
         code = tl.where(tl.abs(t) >= ovf_thr, tl.where(sign_bit(t) == 1, inf_neg, inf_pos), code)
     if NAN_T:
         code = tl.where(t != t, nan_code, code)
@@ -294,17 +315,17 @@ def element_policies(code, t, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg, OVF:
 
 @triton.jit
 def decode_elements(code, vals_ptr, DEC: tl.constexpr):
-    """fp32 value of element codes (``DEC``: params.DecodeCx): KIND 0 sign-magnitude ExMy (fields placed in fp32
-    bits, then one exact power-of-two multiply; fp32 subnormals carry the grid's subnormals), 1 two's-complement
-    int * step, 2 table."""
+    """fp32 value of element codes (``DEC``: params.DecodeCx): FLOAT, a sign-magnitude ExMy (fields placed in fp32
+    bits, then one exact power-of-two multiply; fp32 subnormals carry the grid's subnormals); INT, two's-complement
+    int * step; TABLE."""
     EB: tl.constexpr = DEC.EB
     MB: tl.constexpr = DEC.MB
-    if DEC.KIND == 0:
+    if DEC.KIND == DECODE_FLOAT:
         mag = code & ((1 << (EB + MB)) - 1)
         sgn = (code >> (EB + MB)) & 1
         v = f32_of((mag << (23 - MB)) | (sgn << 31))
         return v * (2.0 ** (127 - DEC.BIAS))
-    elif DEC.KIND == 1:
+    elif DEC.KIND == DECODE_INT:
         k = (code << (32 - EB)) >> (32 - EB)
         return k.to(tl.float32) * DEC.STEP
     else:
@@ -312,17 +333,17 @@ def decode_elements(code, vals_ptr, DEC: tl.constexpr):
 
 
 @triton.jit
-def pow2_exponent(v, SROUND: tl.constexpr):
-    """int32 exponent k of the power of two that v >= 0 rounds to (0 rtne / 1 ceil / 2 floor); zero -> -100000,
-    +Inf -> 100000 (NaN: caller's business)."""
+def pow2_exponent(v, ROUNDING: tl.constexpr):
+    """int32 exponent k of the power of two that v >= 0 rounds to (``ScaleRounding``: rtne, ceil or floor);
+    zero -> -100000, +Inf -> 100000 (NaN: caller's business)."""
     sub = v < 1.1754943508222875e-38
     w = tl.where(sub, v * 18446744073709551616.0, v)
     b = bits_of(w)
     fk = ((b >> 23) & 0xFF) - 127 - tl.where(sub, 64, 0)
     mant = b & 0x7FFFFF
-    if SROUND == 1:
+    if ROUNDING == ROUND_CEIL:
         k = fk + (mant != 0).to(tl.int32)
-    elif SROUND == 2:
+    elif ROUNDING == ROUND_FLOOR:
         k = fk
     else:
         up = (mant > 0x400000) | ((mant == 0x400000) & ((fk & 1) != 0))
@@ -332,10 +353,11 @@ def pow2_exponent(v, SROUND: tl.constexpr):
 
 
 @triton.jit
-def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.constexpr):
-    """Code of finite 0 <= c <= max of an unsigned ExMy scale format with subnormals, rounded 0 rtne (ties to the
-    even code) / 1 ceil / 2 floor, by integer arithmetic on c's bits: target biased exponent em = e + bias, the
-    24-bit significand shifted right by 23 - MB (+ 1 - em below the normal range), remainder decides."""
+def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, ROUNDING: tl.constexpr):
+    """Code of finite 0 <= c <= max of an unsigned ExMy scale format with subnormals, rounded (``ScaleRounding``)
+    rtne (ties to the even code), ceil or floor, by integer arithmetic on c's bits: target biased exponent
+    em = e + bias, the 24-bit significand shifted right by 23 - MB (+ 1 - em below the normal range), remainder
+    decides."""
     b = bits_of(c)
     ef = (b >> 23) & 0xFF
     m24 = (b & 0x7FFFFF) | tl.where(ef != 0, 1 << 23, 0)
@@ -345,9 +367,9 @@ def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.cons
     r = m24 & ((1 << sh) - 1)
     half = 1 << (sh - 1)
     down = (tl.maximum(em - 1, 0) << MB) + q
-    if SROUND == 0:
+    if ROUNDING == ROUND_RTNE:
         up = (r > half) | ((r == half) & ((down & 1) != 0))
-    elif SROUND == 1:
+    elif ROUNDING == ROUND_CEIL:
         up = r != 0
     else:
         up = r < 0
@@ -356,22 +378,22 @@ def encode_float_scale(c, MB: tl.constexpr, SBIAS: tl.constexpr, SROUND: tl.cons
 
 @triton.jit
 def decode_scale(code, svals_ptr, SCALE: tl.constexpr):
-    """fp32 value of scale codes (``SCALE``: params.ScaleCx): KIND 0 pow2 2^(code - bias) built from bits (NaN code /
-    exponent > 127 -> NaN), 1 float-table lookup, 4 ExMy fields placed in fp32 bits times 2^(127 - bias) (NaN at
-    ``SCALE.NAN``, -1 for none), 2 fp32 bits, 3 bf16 bits."""
-    SKIND: tl.constexpr = SCALE.KIND
-    if SKIND == 0:
+    """fp32 value of scale codes (``SCALE``: params.ScaleCx; ``ScaleKind``): POW2 2^(code - bias) built from bits
+    (NaN code / exponent > 127 -> NaN), FLOAT_TABLE a table lookup, FLOAT_BITS the ExMy fields placed in fp32 bits
+    times 2^(127 - bias) (NaN at ``SCALE.NAN``, -1 for none), FP32 / BF16 bits."""
+    KIND: tl.constexpr = SCALE.KIND
+    if KIND == KIND_POW2:
         e = code - SCALE.BIAS
         sh = tl.minimum(tl.maximum(e + 149, 0), 30)
         b = tl.where(e >= -126, (e + 127) << 23, tl.where(e >= -149, 1 << sh, 0))
         b = tl.where((code == SCALE.NAN) | (e > 127), 0x7FC00000, b)
         return f32_of(b)
-    elif SKIND == 1:
+    elif KIND == KIND_FLOAT_TABLE:
         return tl.load(svals_ptr + code)
-    elif SKIND == 4:
+    elif KIND == KIND_FLOAT_BITS:
         v = f32_of(code << (23 - SCALE.MB)) * (2.0 ** (127 - SCALE.BIAS))
         return tl.where(code == SCALE.NAN, float("nan"), v)
-    elif SKIND == 2:
+    elif KIND == KIND_FP32:
         return f32_of(code)
     else:
         return f32_of(code << 16)
@@ -380,24 +402,24 @@ def decode_scale(code, svals_ptr, SCALE: tl.constexpr):
 @triton.jit
 def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, scpos_ptr, SCALE: tl.constexpr):
     """int32 scale codes of finite block amaxes (policies applied by the caller; ``SCALE``: params.ScaleCx)."""
-    SKIND: tl.constexpr = SCALE.KIND
-    SROUND: tl.constexpr = SCALE.ROUND
+    KIND: tl.constexpr = SCALE.KIND
+    ROUNDING: tl.constexpr = SCALE.ROUNDING
     SBIAS: tl.constexpr = SCALE.BIAS
     SNAN: tl.constexpr = SCALE.NAN
     SMAXV: tl.constexpr = SCALE.MAXV
-    if SCALE.METHOD == 2:
+    if SCALE.CHOICE == CHOICE_EXPONENT:
         b = bits_of(amax)
-        if SCALE.EXP_MODE == 2:
+        if SCALE.EXP_RULE == RULE_EVEN:
             b = (b + SCALE.EVEN_ADD) & 0x7F800000
         e = ((b >> 23) & 0xFF) - 127
-        if SCALE.EXP_MODE == 1:
+        if SCALE.EXP_RULE == RULE_CEIL:
             e += ((b & 0x7FFFFF) != 0).to(tl.int32)
         code = tl.minimum(tl.maximum(e - SCALE.EMAX + SBIAS, 0), SNAN - 1)
     else:
-        if SCALE.ENCODE:
+        if SCALE.ENCODE_ARITH:
             ideal = tl.minimum(amax * (g * inv_target), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
-            if SCALE.DIV:
+            if SCALE.DIVIDE_IDEAL:
                 ideal = tl.div_rn(amax, tl.full(amax.shape, 1.0, tl.float32) * target)
             else:
                 ideal = amax * inv_target
@@ -407,28 +429,28 @@ def block_scale_codes(amax, target, inv_target, ts, g, min_s, max_s, stab_ptr, s
             ideal = tl.where(ideal < min_s, min_s, ideal)
         if SCALE.HAS_MAX:
             ideal = tl.where(ideal > max_s, max_s, ideal)
-        if SKIND == 0:
-            k = pow2_exponent(ideal, SROUND)
+        if KIND == KIND_POW2:
+            k = pow2_exponent(ideal, ROUNDING)
             code = tl.minimum(tl.maximum(k + SBIAS, 0), SNAN - 1)
             if SCALE.OVF_NAN:  # a code above SNAN - 1 is NaN (scale_overflow "nan")
                 code = tl.where(k + SBIAS > SNAN - 1, SNAN, code)
             code = tl.where(ideal != ideal, SNAN, code)
-        elif SKIND == 4:
+        elif KIND == KIND_FLOAT_BITS:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
-            code = encode_float_scale(c, SCALE.MB, SBIAS, SROUND)
+            code = encode_float_scale(c, SCALE.MB, SBIAS, ROUNDING)
             code = tl.where(ideal != ideal, SNAN, code)
-        elif SKIND == 1:
+        elif KIND == KIND_FLOAT_TABLE:
             c = tl.where(ideal > SMAXV, SMAXV, tl.where(ideal > 0.0, ideal, 0.0))
             idx = count_tab(c, stab_ptr, SCALE.N_TAB, SCALE.STRICT, SCALE.L_TAB)
             code = tl.load(scpos_ptr + tl.minimum(idx, SCALE.N_POS - 1))
             code = tl.where(ideal != ideal, SNAN, code)
-        elif SKIND == 2:
+        elif KIND == KIND_FP32:
             code = bits_of(tl.where(ideal > SMAXV, SMAXV, ideal))
         else:
             b = bits_of(tl.where(ideal > SMAXV, SMAXV, ideal))
-            if SROUND == 0:
+            if ROUNDING == ROUND_RTNE:
                 b = b + 0x7FFF + ((b >> 16) & 1)
-            elif SROUND == 1:
+            elif ROUNDING == ROUND_CEIL:
                 b = b + tl.where((b & 0xFFFF) != 0, 0x10000, 0)
             code = tl.where(ideal != ideal, 0x7FC0, (b >> 16) & 0xFFFF)
     return code

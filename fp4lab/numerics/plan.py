@@ -2,7 +2,8 @@
 scaling, derived once from the format model and ``ref_encode``'s helpers (no format is special-cased by name).
 
 ``element_plan(fmt, mode)`` and ``scale_plan(fmt)`` return frozen plans; the numba emulator (``nb_tables``) and
-the Triton kernels (``fp4lab.kernels.params``) only translate them into their own integer constants. The numpy
+the Triton kernels (``fp4lab.kernels.params``, ``fp4lab.kernels.codes``) pack them into parameters. Each choice
+is a ``Coded`` enum whose one integer ``code`` both backends use, so neither keeps its own numbering. The numpy
 reference (``ref_encode``, ``ref_quantize``) defines the bits; a plan says which of its equivalent evaluations
 applies and holds the float32 / int32 tables they read. Arrays are read-only.
 
@@ -35,7 +36,16 @@ from fp4lab.numerics.ref_encode import nan_element_code, special_scale_code
 F32 = np.float32
 
 
-class Encoder(StrEnum):
+class Coded(StrEnum):
+    """A plan choice: its value is the spec-file word, its ``code`` (the member's position in the class) the
+    integer that the numba parameters and the Triton constexprs carry. A new choice appends a member."""
+
+    @property
+    def code(self) -> int:
+        return list(type(self)).index(self)
+
+
+class Encoder(Coded):
     """Evaluation of ``count(t >= thresholds)`` for deterministic rounding (module docstring)."""
 
     SIGN_MAGNITUDE = "sign_magnitude"
@@ -43,7 +53,7 @@ class Encoder(StrEnum):
     SIGNED = "signed"
 
 
-class Overflow(StrEnum):
+class Overflow(Coded):
     """``QuantFormat.overflow``: magnitudes at or above ``overflow_thr`` saturate, or take the NaN / +-Inf code."""
 
     SATURATE = "saturate"
@@ -51,7 +61,7 @@ class Overflow(StrEnum):
     INF = "inf"
 
 
-class ScaleChoice(StrEnum):
+class ScaleChoice(Coded):
     """``ScaleRule.family``: no block scale, amax / target rounded into the scale format, or an OCP exponent."""
 
     NONE = "none"
@@ -59,21 +69,16 @@ class ScaleChoice(StrEnum):
     EXPONENT = "exponent"
 
 
-class ExponentRule(StrEnum):
+class ExponentRule(Coded):
     """OCP MX shared exponent ``e = E(amax) - emax_elem`` with ``E`` = floor(log2), ceil(log2), or floor(log2)
-    of amax rounded (RTNE) to the element's mantissa width (``even``). ``code``: the backends' integer for a
-    rule, its position here, so a new rule appends a member and needs no table in either backend."""
+    of amax rounded (RTNE) to the element's mantissa width (``even``)."""
 
     FLOOR = "floor"
     CEIL = "ceil"
     EVEN = "even"
 
-    @property
-    def code(self) -> int:
-        return list(ExponentRule).index(self)
 
-
-class ScaleRounding(StrEnum):
+class ScaleRounding(Coded):
     """``ScaleRule.effective_rounding``: rounding of the ideal scale into the scale format."""
 
     RTNE = "rtne"
@@ -81,16 +86,16 @@ class ScaleRounding(StrEnum):
     FLOOR = "floor"
 
 
-class ScaleKind(StrEnum):
+class ScaleKind(Coded):
     """Scale storage: a power of two ``2^(c - bias)``; an ExMy float encoded by table search (``FLOAT_TABLE``),
     or one whose decode is also the bit arithmetic ``float32(c << (23 - m)) * 2^(127 - bias)`` (``FLOAT_BITS``,
     a table-search encode all the same); IEEE fp32 / bf16 bit patterns."""
 
     POW2 = "pow2"
     FLOAT_TABLE = "float_table"
-    FLOAT_BITS = "float_bits"
     FP32 = "fp32"
     BF16 = "bf16"
+    FLOAT_BITS = "float_bits"
 
 
 def _frozen(a: np.ndarray, dtype) -> np.ndarray:

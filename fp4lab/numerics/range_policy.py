@@ -19,6 +19,7 @@ The numpy definitions (the numba twin and the Triton kernels reproduce them; doc
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -172,26 +173,36 @@ def decoded_caps(fmt: QuantFormat, S: np.ndarray) -> tuple[np.ndarray, np.ndarra
             np.where(ok & ~fin[..., -1], pos, F32(np.inf)).astype(F32))
 
 
+class RangeEdges(NamedTuple):
+    """The Triton kernels' constexprs for these policies: ``TS_LO`` / ``TS_HI`` (two-level tensor-scale bounds as
+    fp32 bit patterns), ``BUMP_LO`` / ``BUMP_HI`` (the multiplier floor's search range of positive scale codes,
+    ascending in value, ``BUMP_HI = 0``: no floor) and ``S_CRIT`` (decoded-range caps for block scales >= S_CRIT;
+    0: none)."""
+
+    TS_LO: int = 0
+    TS_HI: int = 0x7F7FFFFF
+    BUMP_LO: int = 0
+    BUMP_HI: int = 0
+    S_CRIT: float = 0.0
+
+
 @lru_cache(maxsize=256)
-def kernel_constants(fmt: QuantFormat) -> dict[str, float | int]:
-    """Constexprs of the Triton kernels for these policies: ``TS_LO`` / ``TS_HI`` (two-level tensor-scale bounds
-    as fp32 bit patterns), ``BUMP_LO`` / ``BUMP_HI`` (the multiplier floor's search range of positive scale codes,
-    ascending in value,
-    ``BUMP_HI = 0``: no floor) and ``S_CRIT`` (decoded-range caps for block scales >= S_CRIT; 0: none)."""
-    out: dict[str, float | int] = {"TS_LO": 0, "TS_HI": 0x7F7FFFFF, "BUMP_LO": 0, "BUMP_HI": 0, "S_CRIT": 0.0}
+def kernel_constants(fmt: QuantFormat) -> RangeEdges:
+    """The ``RangeEdges`` of ``fmt``."""
     if fmt.scale_rule.method == "none":
-        return out
+        return RangeEdges()
+    ts_lo, ts_hi, bump_lo, bump_hi, s_crit = RangeEdges()
     if fmt.tensor_scale != "none":
         lo, hi = tensor_scale_bounds(fmt)
-        out["TS_LO"], out["TS_HI"] = int(np.array(lo, F32).view(np.uint32)), int(np.array(hi, F32).view(np.uint32))
+        ts_lo, ts_hi = int(np.array(lo, F32).view(np.uint32)), int(np.array(hi, F32).view(np.uint32))
     if uses_multiplier_floor(fmt):
         sfmt = fmt.scale
         if sfmt.kind == "fp32":
-            out["BUMP_LO"], out["BUMP_HI"] = 1, 0x7F7FFFFF
+            bump_lo, bump_hi = 1, 0x7F7FFFFF
         else:
             codes = positive_scales(sfmt)[1]
-            out["BUMP_LO"], out["BUMP_HI"] = (0 if sfmt.kind == "pow2" else 1), int(codes[-1])
+            bump_lo, bump_hi = (0 if sfmt.kind == "pow2" else 1), int(codes[-1])
     crit = range_clamp_scale(fmt)
     if crit is not None:
-        out["S_CRIT"] = float(crit)
-    return out
+        s_crit = float(crit)
+    return RangeEdges(ts_lo, ts_hi, bump_lo, bump_hi, s_crit)
