@@ -35,10 +35,10 @@ def recipe_summary(recipe: Recipe) -> dict[str, Any]:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from fp4lab.recipes.config import BUILTIN_RECIPES, list_recipes
+    from fp4lab.recipes.config import get_recipe, list_recipes
 
     check_json_out(args, "recipes")
-    rows = [recipe_summary(BUILTIN_RECIPES[n]) for n in list_recipes()]
+    rows = [recipe_summary(get_recipe(n)) for n in list_recipes()]
     if emit_json(args, rows):
         return 0
     from rich import box
