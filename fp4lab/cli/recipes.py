@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from fp4lab.tables import visible
+from fp4lab.cli.tables import visible
 
 from .output import add_json_options, check_json_out, emit_json
 
