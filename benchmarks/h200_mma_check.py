@@ -10,7 +10,7 @@ one line per case to stdout. Exit code 1 on any mismatch.
 
 1. breadth: ``fp4lab hw verify --device cuda``'s cases through the public ``fp4lab.emulate_gemm`` on CUDA
    quantized operands: every (spec, kind, A format, B format, scale option) x the four input styles of
-   fp4lab.hwspec.mma_verify (random with NaN/Inf and cancelling C, maximum exponent spread, every scale code,
+   fp4lab.hwspec.validation.mma_verify (random with NaN/Inf and cancelling C, maximum exponent spread, every scale code,
    precision probes), 64 x 64 outputs each, 4 chained instructions.
 2. volume: ``emulated_matmul`` on 2048 x 2048 GEMMs of the main kinds (NVFP4 and MXFP4 on tcgen05, mxf8f6f4
    E4M3 x E2M1, CDNA4 E4M3 x E5M2, the proposal's E1M2 and INT4), random / spread / scales styles in turn, 2 to 8
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fp4lab.cli.hw import verify_kernels
 from fp4lab.hwspec.mma_plan import lower_kind
-from fp4lab.hwspec.mma_verify import VerifyCase, make_inputs, reference
+from fp4lab.hwspec.validation.mma_verify import VerifyCase, make_inputs, reference
 from fp4lab.kernels.mma_emulate_launch import emulated_matmul
 
 VOLUME = [  # (spec, kind, A, B, scale, block)

@@ -49,8 +49,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from fp4lab.hwspec import get_hw
     from fp4lab.hwspec.mma import Prepared, finish
-    from fp4lab.hwspec.mmasim_oracle import _mmasim_chain, c_array, mmasim_op, oracle_cases
-    from fp4lab.hwspec.oracle_inputs import gemm_inputs
+    from fp4lab.hwspec.validation.mmasim_oracle import _mmasim_chain, c_array, mmasim_op, oracle_cases
+    from fp4lab.hwspec.validation.oracle_inputs import gemm_inputs
 
     rows = []
     for hw, kind, fa, fb, sf, blk in KINDS:

@@ -8,6 +8,12 @@ from types import ModuleType
 from typing import Iterable
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``"did you mean 'a' or 'b'?"`` for the choices closest to ``word`` (difflib, at most three), else ``""``."""
     close = [repr(c) for c in difflib.get_close_matches(str(word), list(choices), n=3)]

@@ -1,11 +1,14 @@
 """Conformance vectors: file layout, reproducibility, and live library agreement."""
 
+import argparse
 import json
+import re
 
 import numpy as np
 
 import fp4lab
 from fp4lab.analysis import conformance as C
+from fp4lab.formats import ROUNDING_MODES
 from fp4lab.testing.bits import same_bits
 
 
@@ -43,3 +46,15 @@ def test_live_agreement_rows():
     nv = rows[("nvfp4-torchao", "torchao 0.18 nvfp4_quantize")]["cases"]
     assert nv["random"] == "match" and nv["pow2"] == "match"
     assert rows[("nvfp4", "torchao 0.18 nvfp4_quantize")]["cases"]["subnormal"] != "match"  # 2^-6 clamp
+
+
+def test_mode_lists_are_rounding_modes():
+    """The conformance vectors and the help of ``compare --rounding`` name every mode of ROUNDING_MODES, in order."""
+    from fp4lab.cli import analysis as cli
+
+    assert C.ROUNDINGS == ROUNDING_MODES
+    ap = argparse.ArgumentParser()
+    cli.register(ap.add_subparsers(dest="cmd"))
+    compare = ap._subparsers._group_actions[0].choices["compare"]
+    (rounding,) = [a for a in compare._actions if "--rounding" in a.option_strings]
+    assert re.findall(r"\((.*)\)", rounding.help)[-1].split(", ") == list(ROUNDING_MODES)

@@ -11,7 +11,7 @@ import pytest
 
 import fp4lab
 from fp4lab.cli import main
-from fp4lab.tables import short
+from fp4lab.formats.floats import float32_text
 
 SPEC = ('name = "my-e1m2-b32"\nelement = "e1m2"\nblock = { shape = [32] }\nscale = "ue4m3"\ntensor_scale = "amax"\n'
         '[scale_rule]\nmethod = "amax"\nelement_scaling = "reciprocal"\n')
@@ -125,7 +125,7 @@ def test_compare_verdicts_among_formats_of_equal_bits(capsys, monkeypatch):
         by_bits = doc["verdicts"][label]["by_bits"]
         assert list(by_bits) == ["4.25", "4.5", "6"]
         for key, group in by_bits.items():
-            recs = [r for r in doc["results"] if r["input"] == label and short(bits[r["format"]]) == key]
+            recs = [r for r in doc["results"] if r["input"] == label and float32_text(bits[r["format"]]) == key]
             best = max(r["sqnr_db"] for r in recs)
             assert group["best_sqnr"]["sqnr_db"] == best
             assert {c["format"] for c in group["best_sqnr"]["cases"]} == {r["format"] for r in recs

@@ -190,25 +190,29 @@ BARE = {"ValueError", "KeyError", "LookupError", "RuntimeError", "IndexError", "
 
 def _bare_raises() -> list[str]:
     """``file:line`` of every ``raise ValueError(...)``-like statement in fp4lab outside pydantic validators
-    (where pydantic turns a ValueError into a ValidationError and the loader into a SpecError)."""
+    (where pydantic turns a ValueError into a ValidationError and the loader into a SpecError), leaving out the
+    ``KeyError`` of a mapping's ``__getitem__`` (the protocol: ``.get`` relies on it)."""
     import ast
     from pathlib import Path
 
     root = Path(fp4lab.__file__).parent
     found = []
     for path in sorted(root.rglob("*.py")):
-        def visit(node, in_validator):
+        def visit(node, allowed):
             for child in ast.iter_child_nodes(node):
-                inside = in_validator
+                inside = allowed
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     decorators = [d.func if isinstance(d, ast.Call) else d for d in child.decorator_list]
                     names = {getattr(d, "attr", None) or getattr(d, "id", None) for d in decorators}
-                    inside = in_validator or bool(names & {"field_validator", "model_validator"})
+                    if names & {"field_validator", "model_validator"}:
+                        inside = allowed | BARE
+                    elif child.name == "__getitem__":
+                        inside = allowed | {"KeyError"}
                 if isinstance(child, ast.Raise) and isinstance(child.exc, ast.Call) \
-                        and getattr(child.exc.func, "id", None) in BARE and not inside:
+                        and getattr(child.exc.func, "id", None) in BARE - inside:
                     found.append(f"{path.relative_to(root.parent)}:{child.lineno}")
                 visit(child, inside)
-        visit(ast.parse(path.read_text()), False)
+        visit(ast.parse(path.read_text()), frozenset())
     return found
 
 

@@ -194,11 +194,11 @@ def test_builtin_files_are_the_registry():
     """Every builtin/*.toml is a built-in (formats and recipes): display order first, other files sorted after."""
     from pathlib import Path
 
-    from fp4lab.formats.spec_io import builtin_names
     from fp4lab.recipes.config import BUILTIN_NAMES as RECIPES
+    from fp4lab.registry import spec_names
 
     for names, folder in ((BUILTIN_NAMES, "formats"), (RECIPES, "recipes")):
         files = {p.stem for p in (Path(fp4lab.__file__).parent / folder / "builtin").glob("*.toml")}
         assert set(names) == files and len(names) == len(files)
-    got = builtin_names("fp4lab.formats", ("ufp4", "no-such-file"))
+    got = spec_names(Path(fp4lab.__file__).parent / "formats" / "builtin", ("ufp4", "no-such-file"))
     assert got[0] == "ufp4" and list(got[1:]) == sorted(set(BUILTIN_NAMES) - {"ufp4"})

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp4lab.hwspec.probe_inputs import CONFIGS, emulate_config, make_inputs
+from fp4lab.hwspec.validation.probe_inputs import CONFIGS, emulate_config, make_inputs
 
 DATA = np.load(Path(__file__).parents[1] / "fp4lab" / "hwspec" / "data" / "h200_tldot_outputs.npz")
 

@@ -1,6 +1,6 @@
 """The Triton kernels of the block-scaled MMA models (fp4lab/kernels/mma_emulate.py, in the CPU interpreter:
 TRITON_INTERPRET=1 from conftest.py) against the CPU model, bit for bit: every (spec, block-scaled kind, A format,
-B format, scale option) of the shipped specs on the adversarial inputs of fp4lab.hwspec.mma_verify, user spec
+B format, scale option) of the shipped specs on the adversarial inputs of fp4lab.hwspec.validation.mma_verify, user spec
 files with other parameters, the public ``emulate_gemm`` on quantized tensors, and mutants that must disagree."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import fp4lab
 from fp4lab.errors import InputError
 from fp4lab.hwspec import load_hw
 from fp4lab.hwspec.mma_plan import lower_kind
-from fp4lab.hwspec.mma_verify import (
+from fp4lab.hwspec.validation.mma_verify import (
     STYLES,
     check_case,
     kernel_combos,

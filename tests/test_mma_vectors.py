@@ -4,7 +4,7 @@ bit for bit (5000/5000 per format) with the numba kernels, and a sample through 
 import numpy as np
 import pytest
 
-from fp4lab.hwspec.vectors import CASES, emulate_rows, load_vectors
+from fp4lab.hwspec.validation.vectors import CASES, emulate_rows, load_vectors
 
 DATA = load_vectors()
 

@@ -24,15 +24,15 @@ else:
     pytest.importorskip("mmasim")
 
 from fp4lab.hwspec import get_hw
-from fp4lab.hwspec.mmasim_oracle import (
+from fp4lab.hwspec.schema import Num
+from fp4lab.hwspec.validation.mmasim_oracle import (
     ARCH,
     mmasim_op,
     oracle_cases,
     run_dots,
     run_gemm,
 )
-from fp4lab.hwspec.oracle_inputs import gemm_inputs, probe_dots
-from fp4lab.hwspec.schema import Num
+from fp4lab.hwspec.validation.oracle_inputs import gemm_inputs, probe_dots
 
 SWEEP = max(1, int(os.environ.get("FP4LAB_MMASIM_SWEEP", "1")))
 BY_KIND: dict[tuple[str, str], list] = defaultdict(list)
@@ -362,7 +362,7 @@ def test_triton_kernels_bit_exact_against_mmasim(hw, kind):
     import torch
 
     from fp4lab.hwspec.mma_plan import lower_kind
-    from fp4lab.hwspec.mmasim_oracle import _mmasim_chain, c_array
+    from fp4lab.hwspec.validation.mmasim_oracle import _mmasim_chain, c_array
     from fp4lab.kernels.mma_emulate_launch import emulated_matmul
 
     def u8(x):

@@ -1,4 +1,5 @@
-"""H200 probe: Triton ``tl.dot`` K-loops on random bit patterns vs the hopper-sm90 model (fp4lab.hwspec.gpu_probe).
+"""H200 probe: Triton ``tl.dot`` K-loops on random bit patterns vs the hopper-sm90 model
+(fp4lab.hwspec.validation.gpu_probe).
 
 On a Hopper GPU, from the repository root (numba, torch, triton, pydantic needed there):
 
@@ -22,7 +23,7 @@ if "--interpret" in sys.argv:
 
 import numpy as np  # noqa: E402
 
-from fp4lab.hwspec import probe_inputs  # noqa: E402
+from fp4lab.hwspec.validation import probe_inputs  # noqa: E402
 
 
 def recheck(run_dir: str) -> list[dict]:
@@ -67,7 +68,7 @@ def main() -> None:
     if args.recheck:
         recheck(args.recheck)
         return
-    from fp4lab.hwspec import gpu_probe
+    from fp4lab.hwspec.validation import gpu_probe
 
     gpu_probe.run_probe(n=args.n, k=args.k, seed=args.seed, only=args.only, out=args.out)
 

@@ -180,13 +180,13 @@ def verdicts(results: list[dict[str, Any]], bits: dict[str, float]) -> dict[str,
     and ``by_bits``, the same verdicts among the formats of each storage cost (``bits[format]`` bits per element,
     keyed by its shortest decimal text, cheapest first): more bits buy accuracy, so a 4.25-bit design is judged
     against its peers there."""
-    from fp4lab.tables import short
+    from fp4lab.formats.floats import float32_text
 
     out: dict[str, dict[str, Any]] = {}
     for label in dict.fromkeys(r["input"] for r in results):
         recs = [r for r in results if r["input"] == label]
         entry = _winners(recs)
-        entry["by_bits"] = {short(b): _winners([r for r in recs if bits[r["format"]] == b])
+        entry["by_bits"] = {float32_text(b): _winners([r for r in recs if bits[r["format"]] == b])
                             for b in sorted({bits[r["format"]] for r in recs})}
         out[label] = entry
     return out

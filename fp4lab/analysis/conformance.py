@@ -36,18 +36,19 @@ import numpy as np
 
 import fp4lab
 from fp4lab.errors import OutputError
+from fp4lab.formats.grids import ROUNDING_MODES
 from fp4lab.formats.registry import BUILTIN_NAMES
 from fp4lab.testing.bits import bit_patterns, mismatches
 from fp4lab.testing.inputs import make_inputs
 
 CASE_SHAPE: tuple[int, int] = (16, 64)
-ROUNDINGS: tuple[str, ...] = ("rtne", "rtna", "rtnz", "rtz", "sr")
+ROUNDINGS: tuple[str, ...] = ROUNDING_MODES  # every mode fp4lab.quantize accepts
 SR_SEED = 1234
 F32 = np.float32
 
 
-# case -> (input kind of fp4lab.testing.inputs, description stored in index.json); the kinds keep the arithmetic
-# and draw order of the original cases, so the vectors of every case are unchanged.
+# case -> (input kind of fp4lab.testing.inputs, description stored in index.json); tests/test_testing_inputs.py pins
+# the bits of every case's input.
 CASES: dict[str, tuple[str, str]] = {
     "random": ("gaussian_rows", "N(0,1) times 2^k per row, k in [-10, 10]"),
     "ties": ("grid_ties", ("grid midpoints and levels times 2^k, block amax at the grid maximum times 2^k (exact "
@@ -156,9 +157,9 @@ LIVE_CHECKS: tuple[tuple[str, str, str, Callable[[], Any], str], ...] = (
 )
 
 DOCUMENTED: tuple[tuple[str, str, str], ...] = (
-    ("nvfp4-te", "TransformerEngine reference_nvfp4.py",
+    ("nvfp4-te", "TransformerEngine custom_recipes/reference_nvfp4.py",
      "built to follow TE's encode-scale arithmetic and +0 for exact zeros (format spec `matches`); not measured here"),
-    ("nvfp4", "TransformerEngine reference_nvfp4.py",
+    ("nvfp4", "TransformerEngine custom_recipes/reference_nvfp4.py",
      "same subnormal/zero E4M3 block scales as TE, but TE multiplies by g_enc = 448*6/amax where fp4lab divides by "
      "the tensor scale: last-bit scale differences are possible; not measured"),
     ("mxfp4", "microxcaling (round='nearest', its default)",

@@ -111,9 +111,9 @@ def display_names(result: dict[str, Any]) -> dict[str, str]:
 
 
 def _case(label: str, rht: int, bits: float) -> str:
-    from fp4lab.tables import short
+    from fp4lab.formats.floats import float32_text
 
-    return f"{label} ({short(bits)} bits/element, {'RHT ' + str(rht) if rht else 'no RHT'})"
+    return f"{label} ({float32_text(bits)} bits/element, {'RHT ' + str(rht) if rht else 'no RHT'})"
 
 
 def verdict_line(label: str, verdict: dict[str, Any], names: dict[str, str], bits: dict[str, float]) -> str:
@@ -144,7 +144,8 @@ def _verdict_parts(verdict: dict[str, Any], names: dict[str, str], bits: dict[st
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
     from rich.text import Text
 
-    from fp4lab.tables import compact_table, console, fit, short
+    from fp4lab.cli.tables import compact_table, console, fit
+    from fp4lab.formats.floats import float32_text
 
     con = console()
     names = display_names(result)
@@ -160,7 +161,7 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
             for rec in (x for x in result["results"] if x["input"] == label and x["format"] == name):
                 d = rec["delta_sqnr_db"]
                 first = rec["rht"] == rht0
-                table.add_row(Text(names[name]) if first else "", short(bits[name]) if first else "",
+                table.add_row(Text(names[name]) if first else "", float32_text(bits[name]) if first else "",
                               str(rec["rht"] or "-"), _fmt(rec["sqnr_db"], ".2f"),
                               Text("" if d is None else f"{d:+.2f}", style="" if d is None else
                                    ("green" if d > 0 else "red")),
@@ -333,6 +334,7 @@ def register(subparsers: Any) -> None:
         REFERENCE_MAX_ELEMENTS,
     )
     from fp4lab.analysis.distributions import DEFAULT_DISTRIBUTIONS
+    from fp4lab.formats.grids import ROUNDING_MODES
 
     p = subparsers.add_parser(
         "compare", help="compare formats on distributions or tensor files: SQNR, bias, alpha, B_eff, RHT effects",
@@ -350,7 +352,8 @@ def register(subparsers: Any) -> None:
                    help=f"shape of synthetic inputs (default: {'x'.join(map(str, DEFAULT_SHAPE))})")
     p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
     p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
-    p.add_argument("--rounding", default=None, help="override every format's rounding (rtne, rtna, rtnz, rtz, sr)")
+    p.add_argument("--rounding", default=None,
+                   help=f"override every format's rounding ({', '.join(ROUNDING_MODES)})")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="numpy reference or numba emulator (same bits; default auto: the reference up to "
                         f"{REFERENCE_MAX_ELEMENTS:,} quantized elements per run, which compiles nothing)")

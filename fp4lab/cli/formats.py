@@ -48,15 +48,16 @@ def cmd_formats(args: argparse.Namespace) -> int:
         return 0
     from rich.text import Text
 
-    from fp4lab.tables import compact_table, fit, short
+    from fp4lab.cli.tables import compact_table, fit
+    from fp4lab.formats.floats import float32_text
 
     table = compact_table("fp4lab format registry (fp4lab show NAME: levels and bias)",
                           [("name", "text"), ("element", "key"), ("max", "num"), ("block", "key"), ("scale", "key"),
                            ("rule", "key"), ("tensor\nscale", "key"), ("bits/\nelement", "num")])
     for r in rows:
-        table.add_row(*(Text(str(v)) for v in (r["name"], r["element"], short(r["element_max"]), r["block"] or "-",
-                                              r["scale"] or "-", r["scale_rule"], r["tensor_scale"],
-                                              short(r["bits_per_element"]))))
+        table.add_row(*(Text(str(v)) for v in (r["name"], r["element"], float32_text(r["element_max"]),
+                                              r["block"] or "-", r["scale"] or "-", r["scale_rule"],
+                                              r["tensor_scale"], float32_text(r["bits_per_element"]))))
     con = _console()
     con.print(fit(table, con))
     return 0
@@ -116,9 +117,9 @@ MAX_LISTED = 16  # magnitudes spelled out in full; larger grids show their first
 
 
 def _listed(values: list[float]) -> str:
-    from fp4lab.tables import short
+    from fp4lab.formats.floats import float32_text
 
-    shown = [short(v) for v in values]
+    shown = [float32_text(v) for v in values]
     if len(shown) > MAX_LISTED:
         shown = shown[:6] + [f"... ({len(values) - 9} more) ..."] + shown[-3:]
     return " ".join(shown)
@@ -175,13 +176,13 @@ def _validate_one(path: str, kind: str) -> list[str]:
         spec = load_hw(path)
         return [f"ok: {path}: hwspec '{spec.name}' ({len(spec.kinds)} kinds)"]
     from fp4lab.formats import load_format
+    from fp4lab.formats.floats import float32_text
     from fp4lab.numerics.ref_quantize import smoke_check
-    from fp4lab.tables import short
 
     fmt = load_format(path)
     smoke_check(fmt, path)
     lines = [f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
-             f"{short(fmt.bits_per_element)} bits/element)",
+             f"{float32_text(fmt.bits_per_element)} bits/element)",
              f"  element: {grid_text(fmt.element)}"]
     note = twin_note(fmt.element)
     return lines + ([f"  {note}"] if note else [])

@@ -75,7 +75,7 @@ def cmd_hw_list(args: argparse.Namespace) -> int:
         return 0
     from rich.text import Text
 
-    from fp4lab.tables import compact_table, console, fit
+    from fp4lab.cli.tables import compact_table, console, fit
 
     t = compact_table("hardware specs (fp4lab hw show NAME)", [("name", "text"), ("vendor", "key"), ("arch", "key"),
                                                               ("kinds", "num"), ("numeric fields by provenance",
@@ -104,7 +104,7 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
         return 0
     from rich.text import Text
 
-    from fp4lab.tables import compact_table, console, fit
+    from fp4lab.cli.tables import compact_table, console, fit
 
     con = console()
     inherits = f", inherits {spec.inherits}" if spec.inherits else ""
@@ -158,7 +158,7 @@ def _kernel_runner(device: str) -> Any:
     import torch
 
     from fp4lab.api import emulate_gemm
-    from fp4lab.hwspec.mma_verify import operands
+    from fp4lab.hwspec.validation.mma_verify import operands
 
     dev = "cuda" if device == "cuda" else "cpu"
 
@@ -173,8 +173,8 @@ def _kernel_runner(device: str) -> Any:
 
 def verify_kernels(device: str, hws: list[str] | None, outputs: float, seed: int) -> list[dict[str, Any]]:
     """Per (spec, kind): cases, outputs, mismatches and the first mismatch of the Triton MMA kernels against the
-    CPU model on fp4lab.hwspec.mma_verify's inputs (every format pair, scale option and input style)."""
-    from fp4lab.hwspec.mma_verify import check_case, kernel_combos, plan_cases
+    CPU model on fp4lab.hwspec.validation.mma_verify's inputs (every format pair, scale option and input style)."""
+    from fp4lab.hwspec.validation.mma_verify import check_case, kernel_combos, plan_cases
 
     combos = kernel_combos(hws)
     cases = plan_cases(combos, int(outputs) // max(1, 4 * len(combos)), seed=seed)
@@ -198,7 +198,7 @@ def cmd_hw_verify(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from fp4lab.hwspec.vectors import check_published_vectors
+    from fp4lab.hwspec.validation.vectors import check_published_vectors
 
     check_json_out(args, "hw verify")
     if args.device == "interpreter":
@@ -228,7 +228,7 @@ def cmd_hw_verify(args: argparse.Namespace) -> int:
 
             cuda = torch.cuda.is_available()
         if cuda:
-            from fp4lab.hwspec.gpu_probe import run_probe
+            from fp4lab.hwspec.validation.gpu_probe import run_probe
 
             probe = run_probe(n=args.n, k=args.k)
             report["gpu_probe"] = probe

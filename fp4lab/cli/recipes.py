@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from fp4lab.tables import visible
+from fp4lab.cli.tables import visible
 
 from .output import add_json_options, check_json_out, emit_json
 
@@ -35,10 +35,10 @@ def recipe_summary(recipe: Recipe) -> dict[str, Any]:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from fp4lab.recipes.config import BUILTIN_RECIPES, list_recipes
+    from fp4lab.recipes.config import get_recipe, list_recipes
 
     check_json_out(args, "recipes")
-    rows = [recipe_summary(BUILTIN_RECIPES[n]) for n in list_recipes()]
+    rows = [recipe_summary(get_recipe(n)) for n in list_recipes()]
     if emit_json(args, rows):
         return 0
     from rich import box

@@ -163,3 +163,14 @@ def float_format_of(spec: object) -> FloatFormat:
     return FloatFormat(exponent_bits=spec.exponent_bits, mantissa_bits=spec.mantissa_bits, bias=spec.bias,
                        signed=spec.signed, zero_exponent="subnormal" if spec.subnormals else "flush",
                        specials=spec.specials)
+
+
+def float32_text(v: float) -> str:
+    """The shortest decimal text that reads back as the float32 ``v`` (``6``, ``1.75``, ``0.0795803``); every
+    level and scale of a format is a float32, so this loses no digit of it."""
+    f = np.float32(v)
+    if not np.isfinite(f):
+        return str(float(f))
+    if f == 0 or 1e-4 <= abs(f) < 1e7:
+        return np.format_float_positional(f, trim="-", unique=True)
+    return np.format_float_scientific(f, trim="-", unique=True)

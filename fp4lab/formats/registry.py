@@ -1,13 +1,14 @@
-"""The format registry: built-in formats (TOML files shipped in ``fp4lab/formats/builtin``) plus user formats."""
+"""The format registry (``fp4lab.registry.SpecRegistry``): the built-ins are the TOML files of
+``fp4lab/formats/builtin``; users register their own ``QuantFormat``s."""
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
-from fp4lab.errors import InputError, SpecError, UnknownFormatError, did_you_mean
+from fp4lab.errors import UnknownFormatError
 from fp4lab.formats.quant_format import QuantFormat
-from fp4lab.formats.spec_io import builtin_names, load_model, one_line
+from fp4lab.formats.spec_io import load_model
+from fp4lab.registry import SpecRegistry
 
 # Display order of the headline built-ins; any other file in builtin/ follows, sorted by name.
 DISPLAY_FIRST: tuple[str, ...] = (
@@ -17,30 +18,6 @@ DISPLAY_FIRST: tuple[str, ...] = (
     "ufp4-e4m3", "ufp4-e8m0",
     "e2m1", "e1m2", "int4",
 )
-BUILTIN_NAMES: tuple[str, ...] = builtin_names("fp4lab.formats", DISPLAY_FIRST)
-
-_registry: dict[str, QuantFormat] = {}
-_builtins_loaded = False
-
-
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    folder = resources.files("fp4lab.formats") / "builtin"
-    for name in BUILTIN_NAMES:
-        with resources.as_file(folder / f"{name}.toml") as path:
-            fmt = load_model(QuantFormat, path)
-        if fmt.name != name:
-            raise SpecError(f"{path}: built-in file declares name '{fmt.name}', expected '{name}'")
-        _registry.setdefault(name, fmt)
-    _builtins_loaded = True
-
-
-def list_formats() -> list[str]:
-    """Registered format names, built-ins first (in their documented order), then user formats."""
-    _load_builtins()
-    return list(BUILTIN_NAMES) + [n for n in _registry if n not in BUILTIN_NAMES]
 
 
 def load_format(path: str | Path) -> QuantFormat:
@@ -48,33 +25,23 @@ def load_format(path: str | Path) -> QuantFormat:
     return load_model(QuantFormat, path)
 
 
+FORMATS: SpecRegistry[QuantFormat] = SpecRegistry(
+    QuantFormat, Path(__file__).parent / "builtin", load_format, kind="format", plural="formats",
+    display_first=DISPLAY_FIRST, unknown=UnknownFormatError)
+BUILTIN_NAMES: tuple[str, ...] = FORMATS.builtin_names
+
+
+def list_formats() -> list[str]:
+    """Registered format names, built-ins first (in their documented order), then user formats."""
+    return FORMATS.names()
+
+
 def register(fmt: QuantFormat, *, overwrite: bool = False) -> QuantFormat:
-    """Add ``fmt`` to the registry under ``fmt.name``; built-in names cannot be replaced."""
-    _load_builtins()
-    if fmt.name in BUILTIN_NAMES:
-        raise InputError(f"register: '{fmt.name}' is a built-in format name; choose another name")
-    if fmt.name in _registry and not overwrite and _registry[fmt.name] != fmt:
-        raise InputError(f"register: a different format named '{fmt.name}' is already registered (overwrite=True)")
-    _registry[fmt.name] = fmt
-    return fmt
+    """Add ``fmt`` to the registry under ``fmt.name``; built-in names cannot be replaced, nor (without
+    ``overwrite``) a different format of the same name."""
+    return FORMATS.register(fmt, overwrite=overwrite)
 
 
 def get_format(name: str | Path | QuantFormat) -> QuantFormat:
     """A registered format by name, a spec file by path, or ``name`` itself if it already is a ``QuantFormat``."""
-    if isinstance(name, QuantFormat):
-        return name
-    if not isinstance(name, (str, Path)):
-        raise UnknownFormatError(f"format must be a name, a spec-file path or a QuantFormat, got {type(name).__name__}")
-    _load_builtins()
-    key = str(name)
-    if key in _registry:
-        return _registry[key]
-    try:
-        is_file = Path(key).is_file()
-    except (OSError, ValueError):  # a name too long for a path, or holding a NUL
-        is_file = False
-    if Path(key).suffix.lower() in (".toml", ".json") or is_file:
-        return load_format(key)
-    hint = did_you_mean(key, list_formats())
-    raise UnknownFormatError(f"unknown format '{one_line(key, 80)}': not registered and not a spec file; "
-                             f"{hint + ' ' if hint else ''}known: {', '.join(list_formats())}")
+    return FORMATS.get(name)

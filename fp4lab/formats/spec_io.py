@@ -11,18 +11,12 @@ from typing import Any, TypeVar
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
-from fp4lab.errors import SpecError, did_you_mean
+from fp4lab.errors import SpecError, did_you_mean, one_line
 
 M = TypeVar("M", bound=BaseModel)
 
 
 MAX_SPEC_BYTES = 1 << 20  # spec files are a few hundred bytes; anything beyond a MiB is not a spec
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
 _TAGS = ("float", "int", "table")  # element-grid kinds: pydantic puts the chosen one into an error's location
@@ -205,13 +199,3 @@ def load_model(model: type[M], path: str | Path) -> M:
 def model_to_toml(obj: BaseModel) -> str:
     """TOML text that ``load_model`` turns back into an equal model."""
     return tomli_w.dumps(obj.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
-def builtin_names(package: str, display_first: tuple[str, ...]) -> tuple[str, ...]:
-    """Names of the built-in spec files ``<package>/builtin/*.toml`` (the files are the registry: adding one needs
-    no code): those in ``display_first`` in that order, then the rest sorted."""
-    from importlib import resources
-
-    found = {p.name.removesuffix(".toml") for p in (resources.files(package) / "builtin").iterdir()
-             if p.name.endswith(".toml")}
-    return tuple(n for n in display_first if n in found) + tuple(sorted(found - set(display_first)))

@@ -1,4 +1,5 @@
-"""Loading hwspec TOML files and the registry of accelerator specs.
+"""Loading hwspec TOML files, and the registry of accelerator specs (``fp4lab.registry.SpecRegistry``; the
+built-ins are the files of ``fp4lab/hwspec/specs``).
 
 Loader conveniences (all resolved before validation, so the model always holds full :class:`Num` records):
 
@@ -16,15 +17,15 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from fp4lab.errors import InputError, SpecError, did_you_mean
-from fp4lab.formats.spec_io import one_line, read_spec_dict, validate_model
+from fp4lab.errors import SpecError, one_line
+from fp4lab.formats.spec_io import read_spec_dict, validate_model
 from fp4lab.hwspec.schema import HWSpec
+from fp4lab.registry import SpecRegistry
 
 SPEC_DIR = Path(__file__).parent / "specs"
 _NUM_KEYS = {"k", "peak_tflops", "fused_len", "frac_bits", "e_zero", "group", "join_frac_bits",
              "mantissa_bits", "nan_bits", "block"}
 _RULE_KEYS = {"zero_sign"}  # string-valued model choices that carry provenance like numbers (schema.Rule)
-_REGISTRY: dict[str, HWSpec] = {}
 _WEAK = ("assumed", "unknown")
 
 
@@ -129,14 +130,10 @@ def _read_raw(path: Path) -> dict:
 
 def _builtin_path(name: str, where: str) -> Path:
     """The file of built-in spec ``name``: only a name from ``specs/``, never a path (no '/', no '..')."""
-    if name not in _builtin_names():
+    if name not in HW.builtin_names:
         raise SpecError(f"{where}: inherits unknown built-in spec {one_line(name, 80)!r}; built-ins: "
-                        f"{', '.join(_builtin_names())}")
+                        f"{', '.join(HW.builtin_names)}")
     return SPEC_DIR / f"{name}.toml"
-
-
-def _builtin_names() -> list[str]:
-    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
 
 
 def load_hw(path: str | Path) -> HWSpec:
@@ -155,39 +152,23 @@ def load_hw(path: str | Path) -> HWSpec:
     return validate_model(HWSpec, data, str(path))
 
 
-def register_hw(spec: HWSpec) -> None:
-    """Add a spec to the registry under its name (replacing one of the same name)."""
-    _REGISTRY[spec.name] = spec
+HW: SpecRegistry[HWSpec] = SpecRegistry(HWSpec, SPEC_DIR, load_hw, kind="hw", plural="hw specs")
+
+
+def register_hw(spec: HWSpec, *, overwrite: bool = False) -> HWSpec:
+    """Add ``spec`` to the registry under its name; built-in names cannot be replaced, nor (without
+    ``overwrite``) a different spec of the same name."""
+    return HW.register(spec, overwrite=overwrite)
 
 
 def list_hw() -> list[str]:
-    """Names of all registered specs: built-ins first (sorted), then user-registered ones."""
-    builtins = _builtin_names()
-    return builtins + sorted(n for n in _REGISTRY if n not in builtins)
+    """Names of all specs: built-ins first (sorted), then registered ones in the order they were registered."""
+    return HW.names()
 
 
 def get_hw(name: str | Path | HWSpec) -> HWSpec:
-    """A spec by registry name or TOML path (a spec object is returned as is)."""
-    if isinstance(name, HWSpec):
-        return name
-    if not isinstance(name, (str, Path)):
-        raise InputError(f"hw must be a spec name, a .toml path or an HWSpec, got {type(name).__name__}")
-    key = str(name)
-    if key in _REGISTRY:
-        return _REGISTRY[key]
-    if key in _builtin_names():  # a built-in by name only: never a path assembled from the argument
-        spec = load_hw(SPEC_DIR / f"{key}.toml")
-        _REGISTRY[key] = spec
-        return spec
-    try:
-        exists = Path(key).exists()
-    except (OSError, ValueError):
-        exists = False
-    if key.endswith(".toml") or exists:
-        return load_hw(key)
-    hint = did_you_mean(key, list_hw())
-    raise SpecError(f"unknown hw {one_line(key, 80)!r}; {hint + ' ' if hint else ''}known: {', '.join(list_hw())} "
-                    "(or a path to a .toml spec)")
+    """A spec by registry name or spec-file path (a spec object is returned as is)."""
+    return HW.get(name)
 
 
 def spec_to_dict(spec: HWSpec) -> dict:

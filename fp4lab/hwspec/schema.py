@@ -396,7 +396,7 @@ def file_schema() -> dict[str, Any]:
     kind of the file and deep-merge; such a kind and every kind of a spec that ``inherits`` a built-in may be
     partial) and no ``kinds`` at all.
     """
-    from fp4lab.hwspec.registry import _builtin_names
+    from fp4lab.hwspec.registry import HW
 
     schema = HWSpec.model_json_schema()
     defs = schema["$defs"]
@@ -444,7 +444,7 @@ def file_schema() -> dict[str, Any]:
         kind_props[key]["description"] = f"Default: the spec's {key}; also the {key} of this kind's bare numbers."
     defs["KindRoot"] = root
     props = schema["properties"]
-    props["inherits"] = {"enum": _builtin_names(), "description": "Start from this built-in spec's kinds (merged "
+    props["inherits"] = {"enum": list(HW.builtin_names), "description": "Start from this built-in spec's kinds (merged "
                          "with this file's kinds of the same name) and native combos (unless 'native' is given); "
                          "with provenance 'assumed' or 'unknown', every inherited number takes that provenance."}
     props["kinds"]["description"] = "MMA instruction kinds by name. Default: none (or the inherited ones)."

@@ -4,12 +4,21 @@ and drop-in PyTorch modules (``QuantLinear``, ``quantize_model``; importing them
 from typing import Any
 
 from fp4lab.errors import UnknownRecipeError
-from fp4lab.recipes.config import BUILTIN_RECIPES, Recipe, get_recipe, list_recipes, load_recipe, recipe_to_toml
+from fp4lab.recipes.config import (
+    BUILTIN_RECIPES,
+    Recipe,
+    get_recipe,
+    list_recipes,
+    load_recipe,
+    recipe_to_toml,
+    register,
+)
 
 _TORCH_NAMES = ("QuantLinear", "TokenShard", "fake_quantize", "quantize_model", "set_token_shard")
 
 __all__ = ["BUILTIN_RECIPES", "QuantLinear", "Recipe", "TokenShard", "UnknownRecipeError", "fake_quantize",
-           "get_recipe", "list_recipes", "load_recipe", "quantize_model", "recipe_to_toml", "set_token_shard"]
+           "get_recipe", "list_recipes", "load_recipe", "quantize_model", "recipe_to_toml", "register",
+           "set_token_shard"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,10 +13,9 @@ Recipes are TOML (or JSON) files; the built-ins live in ``fp4lab/recipes/builtin
 
 from __future__ import annotations
 
-import difflib
 import math
+from collections.abc import Mapping
 from fractions import Fraction
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,7 +25,8 @@ from fp4lab.errors import SpecError, UnknownFormatError, UnknownRecipeError
 from fp4lab.formats.base import SpecModel
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.registry import get_format, list_formats
-from fp4lab.formats.spec_io import builtin_names, model_to_toml, read_spec_dict, validate_model
+from fp4lab.formats.spec_io import model_to_toml, read_spec_dict, validate_model
+from fp4lab.registry import SpecRegistry
 
 FP8_GEMM_DTYPES = ("fp8", "fp8-fast")
 
@@ -155,11 +155,6 @@ class Recipe(SpecModel):
         return self.format
 
 
-# Display order of the built-ins; any other file in builtin/ follows, sorted by name.
-BUILTIN_NAMES: tuple[str, ...] = builtin_names("fp4lab.recipes",
-                                               ("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8"))
-
-
 def load_recipe(path: str | Path) -> Recipe:
     """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file.
     A format named by a relative spec-file path (not a registered name) is found from the recipe file's folder,
@@ -174,38 +169,29 @@ def load_recipe(path: str | Path) -> Recipe:
     return validate_model(Recipe, data, str(path))
 
 
-def _load_builtins() -> dict[str, Recipe]:
-    folder = resources.files("fp4lab.recipes") / "builtin"
-    out: dict[str, Recipe] = {}
-    for name in BUILTIN_NAMES:
-        with resources.as_file(folder / f"{name}.toml") as path:
-            out[name] = load_recipe(path)
-            if out[name].name != name:
-                raise SpecError(f"{path}: built-in file declares name '{out[name].name}', expected '{name}'")
-    return out
-
-
-BUILTIN_RECIPES: dict[str, Recipe] = _load_builtins()
+# Display order of the built-ins; any other file in builtin/ follows, sorted by name.
+RECIPES: SpecRegistry[Recipe] = SpecRegistry(
+    Recipe, Path(__file__).parent / "builtin", load_recipe, kind="recipe", plural="recipes",
+    display_first=("bf16", "e2m1-ref", "ufp4", "nvfp4", "mxfp4", "mxfp4-fp8"), unknown=UnknownRecipeError)
+BUILTIN_NAMES: tuple[str, ...] = RECIPES.builtin_names
+BUILTIN_RECIPES: Mapping[str, Recipe] = RECIPES.builtins  # built-in recipes by name, each loaded on first access
 
 
 def list_recipes() -> list[str]:
-    """Built-in recipe names in their documented order."""
-    return list(BUILTIN_NAMES)
+    """Recipe names: the built-ins in their documented order, then registered recipes."""
+    return RECIPES.names()
+
+
+def register(recipe: Recipe, *, overwrite: bool = False) -> Recipe:
+    """Add ``recipe`` to the registry under ``recipe.name``; built-in names cannot be replaced, nor (without
+    ``overwrite``) a different recipe of the same name."""
+    return RECIPES.register(recipe, overwrite=overwrite)
 
 
 def get_recipe(recipe: str | Path | Recipe) -> Recipe:
-    """A built-in recipe by name, a recipe file by path, or ``recipe`` itself if it already is a ``Recipe``."""
-    if isinstance(recipe, Recipe):
-        return recipe
-    key = str(recipe)
-    if key in BUILTIN_RECIPES:
-        return BUILTIN_RECIPES[key]
-    if Path(key).suffix.lower() in (".toml", ".json") or Path(key).is_file():
-        return load_recipe(key)
-    close = difflib.get_close_matches(key, BUILTIN_NAMES)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise UnknownRecipeError(f"unknown recipe '{key}': not built in and not a recipe file; {hint}"
-                             f"built-in recipes: {', '.join(BUILTIN_NAMES)}")
+    """A built-in or registered recipe by name, a recipe file by path, or ``recipe`` itself if it already is a
+    ``Recipe``."""
+    return RECIPES.get(recipe)
 
 
 def load_recipe_text(text: str, where: str = "recipe text") -> Recipe:

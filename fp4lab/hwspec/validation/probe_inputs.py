@@ -1,5 +1,5 @@
-"""Configurations and inputs of the tl.dot probe (fp4lab.hwspec.gpu_probe), without torch or triton: the input
-bit patterns regenerate from a seed, so stored GPU outputs can be re-checked on any machine.
+"""Configurations and inputs of the tl.dot probe (``gpu_probe``), without torch or triton: the input bit
+patterns regenerate from a seed, so stored GPU outputs can be re-checked on any machine.
 
 Inputs mix four classes by row block of A and column block of B: raw random bit patterns (NaN, Inf, subnormals
 included), random finite patterns, a narrow exponent window (cancellation, truncation) and tiny values

@@ -47,19 +47,6 @@ def console(**kwargs: Any) -> Any:
     return Console(highlight=False, emoji=False, **kwargs)
 
 
-def short(v: float) -> str:
-    """The shortest decimal text that reads back as the float32 ``v`` (``6``, ``1.75``, ``0.0795803``); every
-    level and scale of a format is a float32, so this loses no digit of it."""
-    import numpy as np
-
-    f = np.float32(v)
-    if not np.isfinite(f):
-        return str(float(f))
-    if f == 0 or 1e-4 <= abs(f) < 1e7:
-        return np.format_float_positional(f, trim="-", unique=True)
-    return np.format_float_scientific(f, trim="-", unique=True)
-
-
 def fit(table: Any, con: Any) -> Any:
     """``table`` with fixed widths for its wrapping columns so that it fits ``con.width``, or unchanged if it fits.
 

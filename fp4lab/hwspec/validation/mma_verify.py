@@ -5,7 +5,7 @@ so this module stays on the CPU model's side of the package graph.
 Cases: every (spec, block-scaled kind, A format, B format, scale format, block) the kernels run, each with four
 input styles (all regenerate from a seed; the GEMM is A [M, K] @ B[N, K].T + C, K a chain of instructions):
 
-* ``random``: fp4lab/hwspec/oracle_inputs.py's operands (raw codes with NaN/Inf, narrow and wide exponent windows,
+* ``random``: ``oracle_inputs``'s operands (raw codes with NaN/Inf, narrow and wide exponent windows,
   subnormals, signed zeros), scale codes over the whole byte range mixed with a window around 1, and C that is
   zero, raw bits (NaN, Inf), near the products or cancelling them;
 * ``spread``: the maximum exponent spread: elements of the largest and smallest magnitudes and zeros, scales of
@@ -30,8 +30,8 @@ import numpy as np
 from fp4lab.hwspec.mma import emulate_gemm, resolve_kind
 from fp4lab.hwspec.mma_plan import GPU_ALGORITHMS
 from fp4lab.hwspec.operands import decode_codes, operand_format
-from fp4lab.hwspec.oracle_inputs import gemm_inputs, make_c, probe_dots, rand_codes
 from fp4lab.hwspec.registry import get_hw, list_hw
+from fp4lab.hwspec.validation.oracle_inputs import gemm_inputs, make_c, probe_dots, rand_codes
 
 STYLES = ("random", "spread", "scales", "probe")
 

@@ -1,5 +1,5 @@
-"""Published H200 tensor-core outputs (Khattak & Mikaitis, BSD-2; data/README.md) and their bit-exact check
-against the hopper-sm90 model: one dot product per row, D = A.B + C."""
+"""Published H200 tensor-core outputs (Khattak & Mikaitis, BSD-2; fp4lab/hwspec/data/README.md) and their
+bit-exact check against the hopper-sm90 model: one dot product per row, D = A.B + C."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-VECTORS = Path(__file__).parent / "data" / "km_h200_vectors.npz"
+VECTORS = Path(__file__).parents[1] / "data" / "km_h200_vectors.npz"
 
 # (file prefix, hopper-sm90 kind, result key, whether the hardware run used C)
 CASES: tuple[tuple[str, str, str, bool], ...] = (

@@ -2,8 +2,8 @@
 ``emulate_gemm`` on the same bits. Needs torch and triton with a CUDA GPU (or TRITON_INTERPRET=1 for a smoke test).
 
 Each config runs one Triton kernel (64 x 64 output tiles, 4 warps, accumulator loaded from C,
-``for k0 in range(0, K, BLOCK_K): acc = tl.dot(a, b, acc)``) on inputs from fp4lab.hwspec.probe_inputs (random
-bit patterns regenerated from a seed). The PTX of each kernel is searched for the MMA instruction it issues.
+``for k0 in range(0, K, BLOCK_K): acc = tl.dot(a, b, acc)``) on inputs from ``probe_inputs`` (random bit
+patterns regenerated from a seed). The PTX of each kernel is searched for the MMA instruction it issues.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp4lab.hwspec.probe_inputs import CONFIGS, emulate_config, make_inputs
+from fp4lab.hwspec.validation.probe_inputs import CONFIGS, emulate_config, make_inputs
 
 
 @triton.jit

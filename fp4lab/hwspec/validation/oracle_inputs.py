@@ -1,5 +1,5 @@
-"""Inputs of the differential test against MMA-Sim (fp4lab/hwspec/mmasim_oracle.py), as integer bit patterns that
-regenerate from a seed:
+"""Inputs of the differential test against MMA-Sim (``mmasim_oracle``), as integer bit patterns that regenerate
+from a seed:
 
 * operands: random codes of the format, mixing raw codes (NaN, Inf), a narrow exponent window (cancellation,
   truncation), every finite exponent, the smallest exponents (subnormals) and signed zeros;
