@@ -255,9 +255,13 @@ def test_example_recipes_and_hwspecs_load(monkeypatch):
             assert dataclasses.replace(ours, frac_bits=35) == theirs
             assert [(o.format, int(o.block)) for o in spec.kind(kind).scales] == \
                 [(o.format, int(o.block)) for o in base.kind(kind).scales]
+    hw = ROOT / "examples" / "hwspec"
     names = {"nvfp4-blackwell": "blackwell-sm100:tcgen05.mxf4nvf4", "ufp4-proposal": "proposal-ufp4:bsmma.e1m2",
-             "ufp4-proposal-f24": "examples/hwspec/proposal-ufp4-f24.toml:bsmma.e1m2",
-             "ufp4-proposal-f16": "examples/hwspec/proposal-ufp4-f16.toml:bsmma.e1m2"}
+             "ufp4-proposal-f24": f"{hw / 'proposal-ufp4-f24.toml'}:bsmma.e1m2",
+             "ufp4-proposal-f16": f"{hw / 'proposal-ufp4-f16.toml'}:bsmma.e1m2",
+             "nvfp4-proposal-f24": f"{hw / 'proposal-ufp4-f24.toml'}:bsmma.e2m1",
+             "nvfp4-proposal-f16": f"{hw / 'proposal-ufp4-f16.toml'}:bsmma.e2m1"}
+    monkeypatch.chdir(ROOT / "tests")  # a hwspec path in a recipe file is found from the file's folder
     for name, numerics in names.items():
         r = get_recipe(str(ROOT / "examples" / "recipes" / f"{name}.toml"))
         assert r.gemm_numerics == numerics and r.name == name

@@ -14,6 +14,7 @@ Recipes are TOML (or JSON) files; the built-ins live in ``fp4lab/recipes/builtin
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -157,15 +158,27 @@ class Recipe(SpecModel):
 
 def load_recipe(path: str | Path) -> Recipe:
     """Validate a ``.toml``/``.json`` recipe file; any problem raises a one-line ``SpecError`` naming the file.
-    A format named by a relative spec-file path (not a registered name) is found from the recipe file's folder,
-    wherever the caller runs, and stored as that absolute path."""
+    A format, or the hwspec of ``gemm_numerics``, named by a relative spec-file path (not a registered name) is
+    found from the recipe file's folder, wherever the caller runs, and stored as that absolute path."""
     data = read_spec_dict(path, "recipe")
     folder = Path(path).resolve().parent
+
+    def from_folder(value: str, names: list[str]) -> str:
+        if value in names or Path(value).is_absolute():
+            return value
+        if Path(value).suffix.lower() in (".toml", ".json") or (folder / value).is_file():
+            return os.path.normpath(folder / value)  # folder is resolved: ".." steps up a real folder
+        return value
+
     for key in ("format", "weight_format", "grad_format"):
-        value = data.get(key)
-        if isinstance(value, str) and value not in list_formats() and not Path(value).is_absolute() \
-                and (Path(value).suffix.lower() in (".toml", ".json") or (folder / value).is_file()):
-            data[key] = str(folder / value)
+        if isinstance(data.get(key), str):
+            data[key] = from_folder(data[key], list_formats())
+    numerics = data.get("gemm_numerics")
+    if isinstance(numerics, str) and ":" in numerics:
+        from fp4lab.hwspec.registry import list_hw
+
+        hw, _, kind = numerics.rpartition(":")
+        data["gemm_numerics"] = f"{from_folder(hw, list_hw())}:{kind}"
     return validate_model(Recipe, data, str(path))
 
 
