@@ -281,3 +281,21 @@ def test_layer_ops_pass_opcheck():
              layer.fp8_counts.clone(), layer.layer_spec, True, True, True, torch.float32)
     torch.library.opcheck(torch.ops.fp4lab.quant_linear_backward.default, bargs,
                           test_utils=("test_schema", "test_faketensor"))
+
+
+def test_accumulator_error_example(monkeypatch, capsys):
+    """examples/accumulator_error.py: F = 35 (Blackwell) accumulates more accurately than fp32 sums of the same
+    products, F = 16 less so, and no accumulator moves the total error off the quantization error."""
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["accumulator_error.py", "--k", "1024", "--rows", "16", "--dist", "normal"])
+    runpy.run_path(str(ROOT / "examples" / "accumulator_error.py"), run_name="__main__")
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["nvfp4", "ufp4-e4m3"]
+    for r in rows:  # format dist K quant, then "own / total" for fp32, F=35, F=24, F=16
+        quant = float(r[3])
+        own = [float(r[i]) for i in (4, 7, 10, 13)]
+        total = [float(r[i]) for i in (6, 9, 12, 15)]
+        assert own[1] < own[0] and own[1] <= own[2] < own[3] < 1e-3 * quant
+        assert all(abs(t - quant) < 1e-3 for t in total)
