@@ -2,12 +2,15 @@
 # Compare the sm_90 SASS of every kernel configuration below between two trees (no GPU needed): a refactor that
 # should not change the arithmetic must leave every listing identical.
 #   bash benchmarks/sass_compare.sh OLD_TREE [NEW_TREE]     # e.g. a `git worktree add /tmp/old HEAD~1`
-# Each tree's listings go to $SASS_OUT/{old,new} (default a temporary folder); one line per case says OK or FAIL
-# (a case a tree cannot compile); the last line is the diff's verdict. About 6 minutes per tree on 2 cores.
+# NEW_TREE's benchmarks/sass_count.py compiles both trees' kernels. Each tree's listings go to $SASS_OUT/{old,new}
+# (default a temporary folder), with one line per case saying OK or FAIL (a case a tree cannot compile) in
+# $SASS_OUT/{old,new}.cases; the last line is the diff's verdict. About 6 minutes per tree on 2 cores.
 set -u
 OLD=$(cd "$1" && pwd)
 NEW=$(cd "${2:-.}" && pwd)
 OUT=${SASS_OUT:-$(mktemp -d)}
+mkdir -p "$OUT" || exit 2
+TOOL=$NEW/benchmarks/sass_count.py  # one compiler driver for both trees: only the kernels differ
 PY=${PYTHON:-python}
 FORMATS="mxfp4 nvfp4 ufp4 e2m1-b16-fp32 int4-b32-e8m0 int4-b16-fp32 nf4-b64-fp32 mxfp4-rceil mxfp4-ceil mxfp4-even
 nvfp4-torchao nvfp4-torchao-1level nvfp4-te nvfp4-4over6 nvfp4-2d ufp4-e4m3 ufp4-e8m0 e2m1 e1m2 int4"
@@ -18,7 +21,7 @@ dump() {  # TREE DIR
     one() {  # KERNEL CASE OPTIONS...
         k=$1 c=$2
         shift 2
-        if (cd "$tree" && PYTHONPATH=$tree "$PY" benchmarks/sass_count.py "$k" "$c" "$@" --dump "$dir") \
+        if (cd "$tree" && PYTHONPATH=$tree "$PY" "$TOOL" "$k" "$c" "$@" --dump "$dir") \
                 > "$dir.log" 2>&1; then echo "OK   $k $c $*"; else echo "FAIL $k $c $* :: $(tail -1 "$dir.log")"; fi
     }
     for f in $FORMATS; do for m in rtne sr; do one quantize "$f:$m" --tile 32x256x4; done; done
