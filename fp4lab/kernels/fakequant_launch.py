@@ -107,10 +107,9 @@ def _amax_tile(rht_k: int, rht_m: int, K: int, M: int, interp: bool) -> tuple[in
 def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking | None, along_m: Blocking | None,
            sr_bits: int, out_f32: bool, apply_ts: bool, tile: tuple[int, ...] | None, seed_ptr: bool) -> None:
     """Fill ``plan`` for the fused kernel: tile, constexprs, tables, RHT signs, amax pass."""
-    import torch
 
     from fp4lab.kernels.fakequant import _amax2_kernel, _fake_quant_kernel, _tensor_scales_kernel
-    from fp4lab.kernels.host import CachedLaunch, device_array, interpreting
+    from fp4lab.kernels.host import CachedLaunch, device_array, input_kind, interpreting
     from fp4lab.kernels.params import InputKind, block_extents, element_decode_kind, element_params, scale_params
     from fp4lab.kernels.quantize_launch import kernel_tables
 
@@ -128,7 +127,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     if bk % max(tc, rk, 2) or bm % max(tr, rm, tc if along_m is not None else 1, 2):
         raise InputError(f"fake_quantize: tile {bm}x{bk} must be a multiple of the block {tr}x{tc} and the RHT sizes")
     grid = (math.ceil(M / bm), math.ceil(K / bk))
-    in_kind = {torch.float32: InputKind.F32, torch.bfloat16: InputKind.BF16, torch.float16: InputKind.F16}[x.dtype]
+    in_kind = input_kind(x.dtype)
     words = in_kind == InputKind.BF16 and K % 2 == 0
     per_call = sr_elements_per_call(sr_bits)
 
@@ -162,7 +161,7 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
         scales = CachedLaunch(_tensor_scales_kernel, (1,), dict(BLOCK=1024, SCALE=sp.cx),
                               {} if interp else {"enable_fp_fusion": False, "num_warps": 4},
                               fixed=(g[0] * g[1], sp.ts_den, tables.svals), n_lead=2)
-    args = (*ep.kernel_args(tables), *sp.kernel_tables(tables), *sp.block_constants(), signs_k, signs_m, rscale_k,
+    args = (*ep.kernel_args(tables), *tables.scale_tables(), *sp.block_constants(), signs_k, signs_m, rscale_k,
             rscale_m, M, K, K // 2)
     plan.launch = CachedLaunch(_fake_quant_kernel, grid, consts, options, fixed=args, n_lead=4)
     plan.signs_k, plan.signs_m, plan.two_level = signs_k, signs_m, two_level

@@ -42,11 +42,17 @@ def kernel_input(x: Any, what: str) -> tuple[Any, InputKind]:
     if x.numel() >= 2**31 - 2**20:
         raise InputError(f"{what}: {x.numel()} elements; the kernels index with int32 (at most 2**31 - 2**20)")
     x = x.detach().contiguous()
-    if x.dtype == torch.bfloat16:
-        return x.view(torch.int16), InputKind.BF16
-    if x.dtype == torch.float16:
-        return x, InputKind.F16
-    return x.to(torch.float32), InputKind.F32
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        x = x.to(torch.float32)
+    kind = input_kind(x.dtype)
+    return (x.view(torch.int16) if kind == InputKind.BF16 else x), kind
+
+
+def input_kind(dtype: Any) -> InputKind:
+    """The ``InputKind`` of a bf16, fp16 or fp32 torch dtype (the kernels' ``IN_KIND``)."""
+    import torch
+
+    return {torch.float32: InputKind.F32, torch.bfloat16: InputKind.BF16, torch.float16: InputKind.F16}[dtype]
 
 
 @dataclass(frozen=True)

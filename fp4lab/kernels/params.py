@@ -256,10 +256,6 @@ class ScaleParams:
         cx = self.cx
         return cx.DIVIDE_ELEMENTS and not (cx.DIV_POW2 or cx.ENCODE_ARITH)
 
-    def kernel_tables(self, tables: DeviceTables) -> tuple:
-        """The scale tables of the quantize and fake-quant kernels, in their order (the head of ``stab``)."""
-        return tables.targets, tables.inv_targets, tables.stab, tables.scpos, tables.svals
-
     def block_constants(self) -> tuple:
         """The block-scale constants that follow the tables (the tail of ``stab``): clamps, zero / Inf / NaN
         block codes."""
@@ -280,6 +276,10 @@ class DeviceTables(NamedTuple):
     stab: Any
     scpos: Any
     svals: Any
+
+    def scale_tables(self) -> tuple:
+        """The scale tables of the quantize and fake-quant kernels, in their order (the head of ``stab``)."""
+        return self.targets, self.inv_targets, self.stab, self.scpos, self.svals
 
 
 @lru_cache(maxsize=256)  # keyed by the plan's identity: plans are cached per format

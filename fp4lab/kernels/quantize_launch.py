@@ -18,8 +18,6 @@ from fp4lab.numerics.ref_quantize import check_rounding
 from fp4lab.numerics.rht import check_rht_size, rht_scale, rht_signs
 
 _TABLE_SETS: dict[tuple, tuple] = {}
-# stored scale codes: 8 bits but for the fp32 / bf16 bit patterns
-_SCALE_CODE_DTYPES = {ScaleKind.FP32.code: "int32", ScaleKind.BF16.code: "int16"}
 
 
 def kernel_tables(ep: ElementParams, sp: ScaleParams, dev) -> DeviceTables:
@@ -113,7 +111,9 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
             qk._amax_kernel[grid](xin, part, signs, rscale, mv.M, mv.K, mv.inner, BM=bm, BK=bk,
                                   IN_KIND=in_kind.code, INNER1=inner1, RHT_N=rht_n, **opts)
             amax_buf = part.max().reshape(1)
-    sdtype = getattr(torch, _SCALE_CODE_DTYPES.get(sp.cx.KIND, "uint8") if scaled else "uint8")
+    # stored scale codes: 8 bits but for the fp32 / bf16 bit patterns
+    sdtype = {ScaleKind.FP32.code: torch.int32, ScaleKind.BF16.code: torch.int16}.get(sp.cx.KIND, torch.uint8) \
+        if scaled else torch.uint8
     sshape = view.scale_shape if scaled else (0,)
     codes = torch.empty((*shape[:-1], shape[-1] // 2) if packed else shape, dtype=torch.uint8, device=dev)
     scodes = torch.empty(sshape, dtype=sdtype, device=dev)
@@ -134,7 +134,7 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
     if mv.M * mv.K:
         tables = kernel_tables(ep, sp, dev)
         qk._quantize_kernel[grid](
-            xk, codes, scodes, scales, amax_buf, ts_out, *ep.kernel_args(tables), *sp.kernel_tables(tables),
+            xk, codes, scodes, scales, amax_buf, ts_out, *ep.kernel_args(tables), *tables.scale_tables(),
             sp.ts_den, *sp.block_constants(), signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind.code, INNER1=inner1, WORDS=words, PACK=packed,
             STORE_S=bool(scaled and store_scales), FAST_RAND=fast_rand, SRW=int(sr_bits), RHT_N=rht_n, QDIV=qdiv,
