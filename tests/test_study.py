@@ -832,3 +832,48 @@ def test_interaction_contrast(tmp_path):
     assert row["a"] == "(ufp4 − e2m1-ref)" and row["b"] == "(nvfp4 − mxfp4)"
     assert row["mean"] == pytest.approx(sum(want) / 3)
     assert [float(x) for x in row["diffs"].split()] == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.subprocess
+def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
+    """benchmarks/study_slice.sh from a copy of the code tree (STUDY_CODE): one slice trains and packs the plan's
+    runs; a second slice with DONE = the first's packs trains nothing and reports every run done (packed)."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    code = tmp_path / "code"
+    for part in ("fp4lab", "examples"):
+        shutil.copytree(root / part, code / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (code / "examples" / "tiny.toml").write_text(f'''out = "runs"
+corpus = "{corpus_dir.as_posix()}"
+[train]
+batch = 2
+warmup = 1
+eval_every = 2
+eval_tokens = 256
+ckpt_every = 0
+device = "cpu"
+corpus_glob = "*.py"
+[sizes.t]
+model = {{ d_model = 32, layers = 1, heads = 2, ffn = 64, seq_len = 64 }}
+steps = 4
+[[runs]]
+sizes = ["t"]
+recipes = ["bf16", "ufp4"]
+seeds = [0]
+''')
+    env = {**os.environ, "STUDY_CODE": str(code), "PLAN": "examples/tiny.toml", "PROCS": "1", "MAX_MINUTES": "5"}
+    env.pop("PYTHONPATH", None)
+    script = str(root / "benchmarks" / "study_slice.sh")
+    first = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "s1")}, capture_output=True,
+                           text=True, cwd=tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    packed = [json.loads(line) for line in (tmp_path / "s1" / "slice" / "runs.jsonl").read_text().splitlines()]
+    assert sorted((r["recipe"], r["status"]) for r in packed) == [("bf16", "done"), ("ufp4", "done")]
+    assert "2 of 2 runs done" in (tmp_path / "s1" / "status.txt").read_text()
+    second = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "s2"), "DONE": str(tmp_path / "s1")},
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert (tmp_path / "s2" / "slice" / "runs.jsonl").read_text() == ""
+    assert (tmp_path / "s2" / "status.txt").read_text().count("done (packed)") == 2

@@ -31,16 +31,12 @@ keep_checkpoint = false
 deterministic = true         # every run; the repeat group checks that a run repeats bit for bit
 """
 _S2M = "model = { d_model = 192, layers = 4, heads = 6, ffn = 512, seq_len = 512 }"
-_S3M = "model = { d_model = 256, layers = 4, heads = 8, ffn = 704, seq_len = 512 }"
-# study lengths: 40 and 20 tokens per parameter (batch 32 x 512 bytes per step); to be checked against the pilot
+# the study's length: 30 tokens per parameter, so that a 4-bit run finishes within one 10-minute slice beside 12
+# other runs (the pilot on the H200: 131-170k tokens/s per 4-bit run, 13 processes)
 _STUDY_SIZES = f"""
-[sizes.s2m]                  # 1.87M parameters; 4560 steps = 74.7M tokens = 40 tokens per parameter
+[sizes.s2m]                  # 1.87M parameters; 3420 steps = 56.0M tokens = 30 tokens per parameter
 {_S2M}
-steps = 4560
-lr = 2e-3                    # from lr_sweep.toml
-[sizes.s3m]                  # 3.34M parameters; 4100 steps = 67.2M tokens = 20 tokens per parameter
-{_S3M}
-steps = 4100
+steps = 3420
 lr = 2e-3                    # from lr_sweep.toml
 """
 
@@ -76,50 +72,58 @@ train = { data_order = 1 }
 
 _LR_GROUPS = "".join(f"""
 [[runs]]
-sizes = ["s2m", "s3m"]
+sizes = ["s2m"]
 recipes = ["bf16"]
 label = "bf16-lr{tag}"
-seeds = [0, 1]
+seeds = [0, 1, 2]
 train = {{ lr = {lr} }}
 """ for tag, lr in (("1e-3", "1e-3"), ("2e-3", "2e-3"), ("4e-3", "4e-3"), ("8e-3", "8e-3")))
 
 LR_SWEEP = """\
 # Learning-rate sweep on bf16, per size (docs/study.md, "Study design"): the lr with the lowest final-window
-# training loss (mean over the two seeds) goes into plan.toml for that size and is then held fixed for every
+# training loss (mean over the three seeds) goes into plan.toml for that size and is then held fixed for every
 # recipe. Steps as in plan.toml. Paths are relative to this file's folder.
 out = "lr-runs"
 """ + _COMMON + _STUDY_SIZES.replace("lr = 2e-3                    # from lr_sweep.toml\n", "") + _LR_GROUPS
 
-PLAN = """\
-# The pretraining study (docs/study.md, "Study design"). Before the first run: set steps per size from the
-# pilot's throughput (20-80 tokens per parameter, one run per 10-minute slice), lr per size from lr_sweep.toml,
-# and seeds from the pilot's paired standard deviation (80% power at 0.3 points). Paths are relative to this
-# file's folder.
+_CELLS = ('recipes = ["bf16", "recipes/e2m1-rht-wgrad.toml", "recipes/e2m1-rht-all.toml", '
+          '"recipes/e1m2-rht-wgrad.toml",\n           "recipes/e1m2-rht-all.toml"]')
+_SEEDS_0_7 = "seeds = [0, 1, 2, 3, 4, 5, 6, 7]"
+
+PLAN = f"""\
+# The pretraining study (docs/study.md, "Study design"): 32 paired seeds of the 2x2 factorial and its bf16
+# baseline; the controls and the exploratory recipe on seeds 0-7; the repeat check. Set lr from lr_sweep.toml
+# before the first run. Runs go in plan order (group, then seed), so each slice adds whole paired seeds. Paths are
+# relative to this file's folder.
 out = "runs"
-""" + _COMMON + _STUDY_SIZES + """
-[[runs]]                     # confirmatory cells: 2x2 factorial (grid x RHT scope, SR on dY in all four),
-sizes = ["s2m", "s3m"]       # positive controls nvfp4 and mxfp4, and the bf16 baseline
-recipes = ["bf16", "recipes/e2m1-rht-wgrad.toml", "recipes/e2m1-rht-all.toml", "recipes/e1m2-rht-wgrad.toml",
-           "recipes/e1m2-rht-all.toml", "nvfp4", "mxfp4"]
-seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
-
-[[runs]]                     # negative control: bf16 with another data order
-sizes = ["s2m", "s3m"]
-recipes = ["bf16"]
-label = "bf16-order1"
-seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
-train = { data_order = 1 }
-
-[[runs]]                     # the repeat check, one per size
-sizes = ["s2m", "s3m"]
+{_COMMON}{_STUDY_SIZES}
+[[runs]]                     # the repeat check (first, so that it starts at once)
+sizes = ["s2m"]
 recipes = ["recipes/e1m2-rht-all.toml"]
 seeds = [0]
 repeat = true
 
-[[runs]]                     # exploratory (outside the corrected family): UFP4 with UE4M3 two-level scales
-sizes = ["s2m", "s3m"]
-recipes = ["recipes/ufp4-e4m3.toml"]
-seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+[[runs]]                     # confirmatory cells: the 2x2 factorial (grid x RHT scope, SR on dY in all four) and
+sizes = ["s2m"]              # the bf16 baseline of every gap; seeds 0-7 (8-31 in the last group)
+{_CELLS}
+{_SEEDS_0_7}
+
+[[runs]]                     # negative control: bf16 with another data order
+sizes = ["s2m"]
+recipes = ["bf16"]
+label = "bf16-order1"
+{_SEEDS_0_7}
+train = {{ data_order = 1 }}
+
+[[runs]]                     # positive controls nvfp4 and mxfp4, and exploratory (outside the corrected family):
+sizes = ["s2m"]              # UFP4 with UE4M3 two-level scales
+recipes = ["nvfp4", "mxfp4", "recipes/ufp4-e4m3.toml"]
+{_SEEDS_0_7}
+
+[[runs]]                     # confirmatory cells, seeds 8-31
+sizes = ["s2m"]
+{_CELLS}
+seeds = [{", ".join(str(i) for i in range(8, 32))}]
 """
 
 PLANS: dict[str, str] = {"pilot.toml": PILOT, "lr_sweep.toml": LR_SWEEP, "plan.toml": PLAN}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One slice of a study plan on one H200 (docs/study.md, "The study, in slices"), from the repository root:
+#
+#   OUT=/path/to/results PLAN=examples/study/plan.toml DONE=study-packs bash benchmarks/study_slice.sh
+#
+# It trains the plan's runs that the packs under DONE do not hold as done, in plan order, as PROCS processes side
+# by side (default 13), stops starting steps after MAX_MINUTES (default 8.5), and writes small files only:
+#   $OUT/corpus.txt            the corpus: files, bytes, fingerprint
+#   $OUT/$NAME/runs.jsonl      every run of the slice: configuration, code version, logged rows (NAME: slice)
+#   $OUT/$NAME/slice.json      the command, times, device, each run's status, the shard processes' log tails
+#   $OUT/status.txt            the whole plan's status after the slice (done / partial / missing / failed)
+# STUDY_CODE (default: this checkout) is the folder whose fp4lab/ and examples/ run: a study runs one code
+# version from its first slice to its last, so later slices run the study's frozen tree (docs/study.md, "One code
+# version"), not the checkout. Extra packages (pydantic, ...) go on PYTHONPATH, never into site-packages: the
+# python-packages corpus is that folder, and its fingerprint must be the same in every slice. Run folders
+# (checkpoints) go to a temporary folder and are not kept, so only runs finished inside the slice count as done.
+set -euo pipefail
+OUT=${OUT:?set OUT to the folder for the results}
+CODE=$(cd "${STUDY_CODE:-.}" && pwd)
+PLAN=${PLAN:-examples/study/plan.toml}
+NAME=${NAME:-slice}
+PY=${PYTHON:-python3}
+export PYTHONPATH=$CODE${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+RUNS=$(mktemp -d)
+mkdir -p "$OUT"
+$PY "$CODE/examples/pretrain.py" corpus --corpus python-packages > "$OUT/corpus.txt"
+$PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --out "$RUNS" --procs "${PROCS:-13}" \
+    --max-minutes "${MAX_MINUTES:-8.5}" ${DONE:+--done-from "$DONE"} --pack "$OUT/$NAME" \
+    || echo "study exit status $? (see $OUT/$NAME/slice.json)"
+$PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --status --done-from "$OUT/$NAME" ${DONE:+--done-from "$DONE"} \
+    > "$OUT/status.txt" 2>&1 || true
+rm -rf "$RUNS"
