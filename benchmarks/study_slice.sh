@@ -4,7 +4,8 @@
 #   OUT=/path/to/results PLAN=examples/study/plan.toml DONE=study-packs bash benchmarks/study_slice.sh
 #
 # It trains the plan's runs that the packs under DONE do not hold as done, in plan order, as PROCS processes side
-# by side (default 13), stops starting steps after MAX_MINUTES (default 8.5), and writes small files only:
+# by side (default 13), stops starting steps after MAX_MINUTES (default 8.5), passes STUDY_ARGS to `study` (for
+# example "--sizes s2m"), and writes small files only:
 #   $OUT/corpus.txt            the corpus: files, bytes, fingerprint
 #   $OUT/$NAME/runs.jsonl      every run of the slice: configuration, code version, logged rows (NAME: slice)
 #   $OUT/$NAME/slice.json      the command, times, device, each run's status, the shard processes' log tails
@@ -25,8 +26,8 @@ RUNS=$(mktemp -d)
 mkdir -p "$OUT"
 $PY "$CODE/examples/pretrain.py" corpus --corpus python-packages > "$OUT/corpus.txt"
 $PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --out "$RUNS" --procs "${PROCS:-13}" \
-    --max-minutes "${MAX_MINUTES:-8.5}" ${DONE:+--done-from "$DONE"} --pack "$OUT/$NAME" \
+    --max-minutes "${MAX_MINUTES:-8.5}" ${DONE:+--done-from "$DONE"} ${STUDY_ARGS:-} --pack "$OUT/$NAME" \
     || echo "study exit status $? (see $OUT/$NAME/slice.json)"
 $PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --status --done-from "$OUT/$NAME" ${DONE:+--done-from "$DONE"} \
-    > "$OUT/status.txt" 2>&1 || true
+    ${STUDY_ARGS:-} > "$OUT/status.txt" 2>&1 || true
 rm -rf "$RUNS"
