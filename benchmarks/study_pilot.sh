@@ -7,8 +7,7 @@
 # python-packages corpus: bf16, ufp4 and e2m1-ref with seeds 0-5, the negative control bf16-order1 with seeds 0-5,
 # and a repeat of ufp4 seed 0) as 13 processes side by side, stops starting steps after MAX_MINUTES (default 7)
 # minutes, and writes small files only:
-#   $OUT/corpus.txt                 the corpus: files, bytes, fingerprint
-#   $OUT/pilot/runs.jsonl           every run's configuration, code version, logged rows (throughput included)
+#   $OUT/pilot/runs.jsonl           every run's configuration, code version, corpus, logged rows (throughput)
 #   $OUT/pilot/slice.json           the command, times, device, each run's status, the shard processes' log tails
 #   $OUT/pilot-summary/*            runs.csv (tokens_per_s per run), gaps.csv (sd of the negative control's gap),
 #                                   paired.csv (ufp4 - e2m1-ref: sd and seeds needed at 0.3 points, level 0.05/4),

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One slice of a study plan on one H200 (docs/study.md, "The study, in slices"), from the repository root:
 #
-#   OUT=/path/to/results PLAN=examples/study/plan.toml DONE=study-packs bash benchmarks/study_slice.sh
+#   OUT=/path/to/results DONE=docs/results/study/packs STUDY_CODE=.study-code bash benchmarks/study_slice.sh
 #
 # It trains the plan's runs that the packs under DONE do not hold as done, in plan order, as PROCS processes side
 # by side (default 13), stops starting steps after MAX_MINUTES (default 8.5), passes STUDY_ARGS to `study` (for
 # example "--sizes s2m"), and writes small files only:
-#   $OUT/corpus.txt            the corpus: files, bytes, fingerprint
-#   $OUT/$NAME/runs.jsonl      every run of the slice: configuration, code version, logged rows (NAME: slice)
+#   $OUT/$NAME/runs.jsonl      every run of the slice: configuration, code version, corpus (files, bytes,
+#                              fingerprint), logged rows (NAME: slice)
 #   $OUT/$NAME/slice.json      the command, times, device, each run's status, the shard processes' log tails
 #   $OUT/status.txt            the whole plan's status after the slice (done / partial / missing / failed)
 # STUDY_CODE (default: this checkout) is the folder whose fp4lab/ and examples/ run: a study runs one code
@@ -24,7 +24,6 @@ PY=${PYTHON:-python3}
 export PYTHONPATH=$CODE${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 RUNS=$(mktemp -d)
 mkdir -p "$OUT"
-$PY "$CODE/examples/pretrain.py" corpus --corpus python-packages > "$OUT/corpus.txt"
 $PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --out "$RUNS" --procs "${PROCS:-13}" \
     --max-minutes "${MAX_MINUTES:-8.5}" ${DONE:+--done-from "$DONE"} ${STUDY_ARGS:-} --pack "$OUT/$NAME" \
     || echo "study exit status $? (see $OUT/$NAME/slice.json)"

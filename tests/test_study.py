@@ -845,35 +845,20 @@ def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
     code = tmp_path / "code"
     for part in ("fp4lab", "examples"):
         shutil.copytree(root / part, code / part, ignore=shutil.ignore_patterns("__pycache__"))
-    (code / "examples" / "tiny.toml").write_text(f'''out = "runs"
-corpus = "{corpus_dir.as_posix()}"
-[train]
-batch = 2
-warmup = 1
-eval_every = 2
-eval_tokens = 256
-ckpt_every = 0
-device = "cpu"
-corpus_glob = "*.py"
-[sizes.t]
-model = {{ d_model = 32, layers = 1, heads = 2, ffn = 64, seq_len = 64 }}
-steps = 4
-[[runs]]
-sizes = ["t"]
-recipes = ["bf16", "ufp4"]
-seeds = [0]
-''')
-    env = {**os.environ, "STUDY_CODE": str(code), "PLAN": "examples/tiny.toml", "PROCS": "1", "MAX_MINUTES": "5"}
+    plan = _plan(code / "examples", corpus_dir, recipes=("bf16",))  # 3 runs: bf16 seeds 0-1, ufp4 seed 0
+    env = {**os.environ, "STUDY_CODE": str(code), "PLAN": str(plan.relative_to(code)), "PROCS": "1",
+           "MAX_MINUTES": "5"}
     env.pop("PYTHONPATH", None)
     script = str(root / "benchmarks" / "study_slice.sh")
     first = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "s1")}, capture_output=True,
                            text=True, cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     packed = [json.loads(line) for line in (tmp_path / "s1" / "slice" / "runs.jsonl").read_text().splitlines()]
-    assert sorted((r["recipe"], r["status"]) for r in packed) == [("bf16", "done"), ("ufp4", "done")]
-    assert "2 of 2 runs done" in (tmp_path / "s1" / "status.txt").read_text()
+    assert sorted((r["recipe"], r["seed"], r["status"]) for r in packed) == [("bf16", 0, "done"), ("bf16", 1, "done"),
+                                                                             ("ufp4", 0, "done")]
+    assert "3 of 3 runs done" in (tmp_path / "s1" / "status.txt").read_text()
     second = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "s2"), "DONE": str(tmp_path / "s1")},
                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     assert (tmp_path / "s2" / "slice" / "runs.jsonl").read_text() == ""
-    assert (tmp_path / "s2" / "status.txt").read_text().count("done (packed)") == 2
+    assert (tmp_path / "s2" / "status.txt").read_text().count("done (packed)") == 3
