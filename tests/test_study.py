@@ -697,6 +697,31 @@ def test_packs_of_another_code_version_or_settings_are_refused(tmp_path, corpus_
         pack.load_packs(bad.parent)
 
 
+def test_an_unfinished_packed_run_gives_way_to_its_finished_rerun(tmp_path, corpus_dir):
+    """A slice packs the runs it cut off as partial; a later slice reruns them; the summary keeps the finished
+    record wherever it lies, and still refuses two finished ones."""
+    from fp4lab.study import pack
+
+    runs, done = _two_runs(tmp_path, corpus_dir)
+    pack.pack_slice(done, tmp_path / "packs" / "b", {})
+    lines = (tmp_path / "packs" / "b" / "runs.jsonl").read_text().splitlines()
+    cut = [json.loads(line) for line in lines]
+    for rec in cut:
+        rec.update(status="partial", done=None, rows=rec["rows"][:1])
+    expected = summary.summarize(tmp_path / "packs", tmp_path / "s0", plots=False)
+    for name in ("a", "c"):  # packed before the finished runs, then after them
+        part = tmp_path / "packs" / name
+        part.mkdir()
+        (part / "runs.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in cut))
+        got = summary.summarize(tmp_path / "packs", tmp_path / f"s-{name}", plots=False)
+        assert json.dumps(got["gaps"]) == json.dumps(expected["gaps"])  # NaN SEs of one seed compare as text
+        assert [r["status"] for r in got["runs"]] == ["done", "done"]
+        (part / "runs.jsonl").unlink()
+    pack.pack_slice(done, tmp_path / "packs" / "d", {})
+    with pytest.raises(InputError, match="is in both"):
+        summary.summarize(tmp_path / "packs", tmp_path / "s", plots=False)
+
+
 def test_summarize_refuses_mixed_versions_corpora_and_duplicates(tmp_path, corpus_dir):
     from fp4lab.study import pack
 

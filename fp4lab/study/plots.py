@@ -38,9 +38,9 @@ def _colors(plt: Any, recipes: set[str]) -> dict[str, Any]:
 
 def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
     """Per size (columns): held-out loss against tokens (top) and its relative gap to the baseline in % (bottom),
-    each curve the mean over the finished seeds of a recipe."""
+    each curve the mean over the finished seeds of a recipe (repeats left out)."""
     plt = _pyplot()
-    done = [r for r in runs if r.done and r.rows]
+    done = [r for r in runs if r.done and r.rows and not r.replica]
     sizes = sorted({r.size for r in done}, key=lambda s: next(r.params for r in done if r.size == s))
     if not sizes:
         return

@@ -22,8 +22,10 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
 Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl``, ``fp4lab.study.pack``)
 under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the recipe's name). The
 summary refuses (one-line ``InputError``) runs of more than one code version or corpus fingerprint (pass
-``code_version`` to keep one version), and a run found twice (same size, label, seed and replica): a rerun never
-replaces a result silently. Two runs are paired when their identities agree except for the recipe and
+``code_version`` to keep one version), and a run found finished (or diverged) twice (same size, label, seed and
+replica): a rerun never replaces a result silently. An unfinished record (a run that a slice cut off, packed as
+``partial``) gives way to a finished one of the same run, and of two unfinished ones the one logged further is
+kept. Two runs are paired when their identities agree except for the recipe and
 ``data_order`` (the negative control differs from its baseline only in the data order). Repeats (``replica`` 1)
 stay out of the gaps; ``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for
 bit.
@@ -127,10 +129,15 @@ def _folder_run(cfg_path: Path) -> RunLog:
                     last_step_rows(read_csv(folder / "alpha.csv", drop_incomplete=True)), status)
 
 
+def _final(run: RunLog) -> bool:
+    """Whether a run's record is a result (finished or diverged), not an unfinished one that a slice cut off."""
+    return run.done or run.status == "diverged"
+
+
 def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]:
     """Every run folder (one with ``config.json``) and packed run (``runs.jsonl``) under ``root``, sorted by
     where they were found; only those of ``code_version`` if given. InputError for a run found twice and for runs
-    of several code versions or corpora (module docstring)."""
+    of several code versions or corpora; an unfinished record gives way to a finished one (module docstring)."""
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"summarize: {base} is not a directory")
@@ -142,10 +149,13 @@ def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]
         runs = [r for r in runs if r.code_version == code_version]
     seen: dict[tuple, RunLog] = {}
     for r in runs:
-        if r.key in seen:
-            raise InputError(f"summarize: {r.size}/{r.recipe}/seed{r.seed} is in both {seen[r.key].folder} and "
+        other = seen.get(r.key)
+        if other is not None and _final(r) and _final(other):
+            raise InputError(f"summarize: {r.size}/{r.recipe}/seed{r.seed} is in both {other.folder} and "
                              f"{r.folder}; keep one (a rerun never replaces a result silently)")
-        seen[r.key] = r
+        if other is None or _final(r) or (not _final(other) and len(r.rows) > len(other.rows)):
+            seen[r.key] = r
+    runs = [r for r in runs if seen[r.key] is r]
     for what, of in (("code versions", lambda r: r.code_version),
                      ("corpora", lambda r: str(r.identity.get("corpus_fingerprint")))):
         groups: dict[str, int] = defaultdict(int)
