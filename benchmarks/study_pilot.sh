@@ -19,7 +19,7 @@
 # what that pack does not hold as done.
 set -euo pipefail
 OUT=${OUT:?set OUT to the folder for the results}
-PLAN=examples/study/pilot.toml NAME=pilot MAX_MINUTES=${MAX_MINUTES:-7} \
+PLAN=examples/study/pilot.toml NAME=pilot PROCS=13 MAX_MINUTES=${MAX_MINUTES:-7} \
     bash "$(dirname "$0")/study_slice.sh"
 PYTHONPATH=${STUDY_CODE:-.}${PYTHONPATH:+:$PYTHONPATH} ${PYTHON:-python3} "${STUDY_CODE:-.}/examples/pretrain.py" \
     summarize "$OUT/pilot" --dest "$OUT/pilot-summary" --no-plots --alpha 0.0125

@@ -3,13 +3,16 @@
 #
 #   OUT=/path/to/results DONE=docs/results/study/packs STUDY_CODE=.study-code bash benchmarks/study_slice.sh
 #
-# It trains the plan's runs that the packs under DONE do not hold as done, in plan order, as PROCS processes side
-# by side (default 13), stops starting steps after MAX_MINUTES (default 8.5), passes STUDY_ARGS to `study` (for
-# example "--sizes s2m"), and writes small files only:
+# It trains the plan's runs that the packs under DONE do not hold as done, and writes small files only:
 #   $OUT/$NAME/runs.jsonl      every run of the slice: configuration, code version, corpus (files, bytes,
 #                              fingerprint), logged rows (NAME: slice)
 #   $OUT/$NAME/slice.json      the command, times, device, each run's status, the shard processes' log tails
 #   $OUT/status.txt            the whole plan's status after the slice (done / partial / missing / failed)
+# Which runs: by default whole seeds, at most MAX_RUNS (default 13) missing runs, one process per run
+# (benchmarks/study_next_slice.py), so the slice ends when its last run does and cuts nothing off. With PROCS set,
+# the plan's missing runs in plan order as PROCS processes side by side, each starting its next run when one
+# ends, until MAX_MINUTES. Either way no step starts after MAX_MINUTES (default 8.5). STUDY_ARGS goes to `study`
+# (for example "--sizes s2m"; with --seeds or --recipes in it, set PROCS).
 # STUDY_CODE (default: this checkout) is the folder whose fp4lab/ and examples/ run: a study runs one code
 # version from its first slice to its last, so later slices run the study's frozen tree (docs/study.md, "One code
 # version"), not the checkout. Extra packages (pydantic, ...) go on PYTHONPATH, never into site-packages: the
@@ -22,11 +25,27 @@ PLAN=${PLAN:-examples/study/plan.toml}
 NAME=${NAME:-slice}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$CODE${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
-RUNS=$(mktemp -d)
 mkdir -p "$OUT"
-$PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --out "$RUNS" --procs "${PROCS:-13}" \
-    --max-minutes "${MAX_MINUTES:-8.5}" ${DONE:+--done-from "$DONE"} ${STUDY_ARGS:-} --pack "$OUT/$NAME" \
-    || echo "study exit status $? (see $OUT/$NAME/slice.json)"
-$PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --status --done-from "$OUT/$NAME" ${DONE:+--done-from "$DONE"} \
-    ${STUDY_ARGS:-} > "$OUT/status.txt" 2>&1 || true
-rm -rf "$RUNS"
+SELECT=
+if [ -z "${PROCS:-}" ]; then
+    NEXT=$($PY "$(dirname "$0")/study_next_slice.py" "$CODE/$PLAN" ${DONE:+--done-from "$DONE"} \
+        --max-runs "${MAX_RUNS:-13}" ${STUDY_ARGS:-})
+    if [ -z "$NEXT" ]; then
+        echo "every run of $PLAN is done"
+    else
+        read -r SEEDS PROCS <<< "$NEXT"
+        SELECT="--seeds $SEEDS"
+        echo "this slice: seeds $SEEDS, $PROCS processes"
+    fi
+fi
+if [ -n "${PROCS:-}" ]; then
+    RUNS=$(mktemp -d)
+    $PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --out "$RUNS" --procs "$PROCS" \
+        --max-minutes "${MAX_MINUTES:-8.5}" ${DONE:+--done-from "$DONE"} ${STUDY_ARGS:-} $SELECT --pack "$OUT/$NAME" \
+        || echo "study exit status $? (see $OUT/$NAME/slice.json)"
+    rm -rf "$RUNS"
+fi
+PACKED=
+[ -d "$OUT/$NAME" ] && PACKED=$OUT/$NAME
+$PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --status ${PACKED:+--done-from "$PACKED"} \
+    ${DONE:+--done-from "$DONE"} ${STUDY_ARGS:-} > "$OUT/status.txt" 2>&1 || true

@@ -861,8 +861,9 @@ def test_interaction_contrast(tmp_path):
 
 @pytest.mark.subprocess
 def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
-    """benchmarks/study_slice.sh from a copy of the code tree (STUDY_CODE): one slice trains and packs the plan's
-    runs; a second slice with DONE = the first's packs trains nothing and reports every run done (packed)."""
+    """benchmarks/study_slice.sh from a copy of the code tree (STUDY_CODE). By default a slice takes whole seeds,
+    one process per run (at most MAX_RUNS missing runs); with PROCS, the missing runs in plan order. Each slice
+    packs what it trained, and a slice with DONE = the earlier packs trains nothing twice."""
     import shutil
     import subprocess
 
@@ -871,19 +872,29 @@ def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
     for part in ("fp4lab", "examples"):
         shutil.copytree(root / part, code / part, ignore=shutil.ignore_patterns("__pycache__"))
     plan = _plan(code / "examples", corpus_dir, recipes=("bf16",))  # 3 runs: bf16 seeds 0-1, ufp4 seed 0
-    env = {**os.environ, "STUDY_CODE": str(code), "PLAN": str(plan.relative_to(code)), "PROCS": "1",
-           "MAX_MINUTES": "5"}
+    env = {**os.environ, "STUDY_CODE": str(code), "PLAN": str(plan.relative_to(code)), "MAX_MINUTES": "5",
+           "DONE": str(tmp_path / "packs")}
     env.pop("PYTHONPATH", None)
+    (tmp_path / "packs").mkdir()
     script = str(root / "benchmarks" / "study_slice.sh")
-    first = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "s1")}, capture_output=True,
-                           text=True, cwd=tmp_path, timeout=300)
-    assert first.returncode == 0, first.stderr[-2000:]
-    packed = [json.loads(line) for line in (tmp_path / "s1" / "slice" / "runs.jsonl").read_text().splitlines()]
-    assert sorted((r["recipe"], r["seed"], r["status"]) for r in packed) == [("bf16", 0, "done"), ("bf16", 1, "done"),
-                                                                             ("ufp4", 0, "done")]
-    assert "3 of 3 runs done" in (tmp_path / "s1" / "status.txt").read_text()
-    second = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "s2"), "DONE": str(tmp_path / "s1")},
-                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert (tmp_path / "s2" / "slice" / "runs.jsonl").read_text() == ""
-    assert (tmp_path / "s2" / "status.txt").read_text().count("done (packed)") == 3
+
+    def slice_(name: str, **extra: str) -> tuple[str, list[tuple[str, int, str]]]:
+        out = tmp_path / "out" / name
+        done = subprocess.run(["bash", script], env={**env, **extra, "OUT": str(out)}, capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs = out / "slice" / "runs.jsonl"
+        if not runs.is_file():
+            return done.stdout, []
+        shutil.copytree(out / "slice", tmp_path / "packs" / name)  # as the packs of a study are kept
+        packed = [json.loads(line) for line in runs.read_text().splitlines()]
+        return done.stdout, sorted((r["recipe"], r["seed"], r["status"]) for r in packed)
+
+    said, packed = slice_("s1", MAX_RUNS="2")  # seed 0's two runs fit, seed 1's would make three
+    assert "seeds 0, 2 processes" in said and packed == [("bf16", 0, "done"), ("ufp4", 0, "done")]
+    assert "2 of 3 runs done" in (tmp_path / "out" / "s1" / "status.txt").read_text()
+    said, packed = slice_("s2", PROCS="1")
+    assert packed == [("bf16", 1, "done")]
+    said, packed = slice_("s3")
+    assert "is done" in said and packed == []
+    assert (tmp_path / "out" / "s3" / "status.txt").read_text().count("done (packed)") == 3
