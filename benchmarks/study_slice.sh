@@ -3,7 +3,8 @@
 #
 #   OUT=/path/to/results DONE=docs/results/study/packs STUDY_CODE=.study-code bash benchmarks/study_slice.sh
 #
-# It trains the plan's runs that the packs under DONE do not hold as done, and writes small files only:
+# It trains the plan's runs that the packs under DONE (plain or gzip-compressed) do not hold as done, and writes
+# small files only:
 #   $OUT/$NAME/runs.jsonl      every run of the slice: configuration, code version, corpus (files, bytes,
 #                              fingerprint), logged rows (NAME: slice)
 #   $OUT/$NAME/slice.json      the command, times, device, each run's status, the shard processes' log tails
@@ -26,6 +27,13 @@ NAME=${NAME:-slice}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$CODE${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 mkdir -p "$OUT"
+if [ -n "${DONE:-}" ]; then  # the packs, gzip-compressed ones unpacked (the study's frozen tree reads runs.jsonl)
+    [ -d "$DONE" ] || { echo "DONE: $DONE is not a folder" >&2; exit 2; }
+    PLAIN=$(mktemp -d)
+    cp -R "$DONE/." "$PLAIN/"
+    find "$PLAIN" -name runs.jsonl.gz -exec gzip -d {} +
+    DONE=$PLAIN
+fi
 SELECT=
 if [ -z "${PROCS:-}" ]; then
     NEXT=$($PY "$(dirname "$0")/study_next_slice.py" "$CODE/$PLAN" ${DONE:+--done-from "$DONE"} \
@@ -49,3 +57,4 @@ PACKED=
 [ -d "$OUT/$NAME" ] && PACKED=$OUT/$NAME
 $PY "$CODE/examples/pretrain.py" study "$CODE/$PLAN" --status ${PACKED:+--done-from "$PACKED"} \
     ${DONE:+--done-from "$DONE"} ${STUDY_ARGS:-} > "$OUT/status.txt" 2>&1 || true
+if [ -n "${PLAIN:-}" ]; then rm -rf "$PLAIN"; fi

@@ -571,6 +571,25 @@ def test_published_runs_are_those_of_their_plan(plan, study):
         assert np.isfinite(float(row["final_heldout"])), key
 
 
+STUDY_TESTS = (("e1m2-rht-all", "e2m1-rht-wgrad"), ("e1m2-rht-all", "e1m2-rht-wgrad"),
+               ("e2m1-rht-all", "e2m1-rht-wgrad"), ("e1m2-rht-all", "e1m2-rht-wgrad", "e2m1-rht-all", "e2m1-rht-wgrad"))
+
+
+def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
+    """docs/results/study's tables are what `summarize` makes of the packs kept beside them (the command in its
+    README), and every packed run is one of examples/study/plan.toml's, with the plan's settings."""
+    from fp4lab.study import pack
+
+    monkeypatch.chdir(RESULTS.parent.parent)  # the folder column holds paths relative to the repository
+    summary.summarize("docs/results/study/packs", tmp_path, pairs=STUDY_TESTS, plots=False, alpha=0.0125)
+    for name in ("runs.csv", "gaps.csv", "paired.csv", "repeats.csv"):
+        assert (tmp_path / name).read_text() == (RESULTS / "study" / name).read_text(), name
+    planned = {r.label: r for r in driver.load_plan("examples/study/plan.toml", out=tmp_path / "runs")}
+    for where, rec in pack.load_packs("docs/results/study/packs"):
+        run = planned[rec["label"]]
+        assert rec["config"]["lr"] == run.cfg.lr and rec["config"]["steps"] == run.cfg.steps, where
+
+
 # ---- corpus streaming and python-packages -----------------------------------------------------------------------
 
 
@@ -695,6 +714,30 @@ def test_packs_of_another_code_version_or_settings_are_refused(tmp_path, corpus_
     bad.write_text('{"label": "x"}\n')
     with pytest.raises(InputError, match="runs.jsonl:1 is not a packed run"):
         pack.load_packs(bad.parent)
+
+
+def test_compressed_packs_read_like_plain_ones(tmp_path, corpus_dir, monkeypatch):
+    """A kept pack may be gzip-compressed: the same records; a corrupt or oversized one is a one-line error."""
+    import gzip
+
+    from fp4lab.study import pack
+
+    runs, done = _two_runs(tmp_path, corpus_dir)
+    plain = pack.pack_slice(done, tmp_path / "packs" / "a", {})[0]
+    expected = [rec for _, rec in pack.load_packs(tmp_path / "packs")]
+    (tmp_path / "packs" / "a" / "runs.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    got = pack.load_packs(tmp_path / "packs")
+    assert [rec for _, rec in got] == expected and got[0][0].endswith("runs.jsonl.gz:1")
+    fresh = driver.select(driver.load_plan(_plan(tmp_path, corpus_dir), out=tmp_path / "fresh"), seeds=[0])
+    assert sorted(pack.done_runs(got, fresh)) == sorted(r.label for r in runs)
+    monkeypatch.setattr(pack, "MAX_PACK_BYTES", 100)
+    with pytest.raises(InputError, match="unpacks to more than"):
+        pack.load_packs(tmp_path / "packs")
+    monkeypatch.undo()
+    (tmp_path / "packs" / "a" / "runs.jsonl.gz").write_bytes(b"\x1f\x8b\x08not gzip")
+    with pytest.raises(InputError, match="cannot read .*runs.jsonl.gz"):
+        pack.load_packs(tmp_path / "packs")
 
 
 def test_an_unfinished_packed_run_gives_way_to_its_finished_rerun(tmp_path, corpus_dir):
@@ -886,7 +929,8 @@ def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
         runs = out / "slice" / "runs.jsonl"
         if not runs.is_file():
             return done.stdout, []
-        shutil.copytree(out / "slice", tmp_path / "packs" / name)  # as the packs of a study are kept
+        kept = shutil.copytree(out / "slice", tmp_path / "packs" / name)  # as the packs of a study are kept:
+        subprocess.run(["gzip", "-n", str(kept / "runs.jsonl"), str(kept / "slice.json")], check=True)  # compressed
         packed = [json.loads(line) for line in runs.read_text().splitlines()]
         return done.stdout, sorted((r["recipe"], r["seed"], r["status"]) for r in packed)
 

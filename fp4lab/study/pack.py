@@ -9,14 +9,18 @@ gone after the slice (and its run folders with it) hands back everything the sum
   null), ``rows`` (every ``metrics.csv`` row) and ``alpha`` (the last diagnostic step's ``alpha.csv`` rows);
 * ``slice.json``: ``info`` (the command, times, device) with each run's status.
 
-``load_packs(root)`` reads every ``runs.jsonl`` under ``root``; ``done_runs(records, runs)`` gives the finished
+A pack kept for good may be gzip-compressed (``runs.jsonl.gz``, ``slice.json.gz``: ``gzip -n``; the study's
+packs in docs/results are). ``load_packs(root)`` reads every ``runs.jsonl`` and ``runs.jsonl.gz`` under
+``root``; ``done_runs(records, runs)`` gives the finished
 runs of a plan found there, refusing packs of another code version, packs whose settings differ from the plan,
 and a run packed twice (a rerun never replaces a finished run silently).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -26,7 +30,9 @@ from fp4lab.study.runfolder import code_version
 from fp4lab.study.train import RUNTIME_FIELDS, run_status
 
 RUNS = "runs.jsonl"
+RUNS_GZ = RUNS + ".gz"
 SLICE = "slice.json"
+MAX_PACK_BYTES = 1 << 28  # a compressed pack unpacks to at most this (a slice's is about 0.3 MB)
 KEYS = ("label", "size", "recipe", "seed", "repeat", "status", "config", "identity", "rows")
 
 
@@ -75,16 +81,24 @@ def pack_slice(runs: Iterable[tuple[Any, str]], dest: str | Path, info: dict[str
 
 
 def load_packs(root: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    """(``<file>:<line>``, record) of every packed run under ``root`` (a folder, or one ``runs.jsonl``)."""
+    """(``<file>:<line>``, record) of every packed run under ``root`` (a folder, or one ``runs.jsonl`` or
+    ``runs.jsonl.gz``)."""
     base = Path(root)
-    files = [base] if base.is_file() else sorted(base.rglob(RUNS)) if base.is_dir() else []
+    files = [base] if base.is_file() else sorted([*base.rglob(RUNS), *base.rglob(RUNS_GZ)]) if base.is_dir() else []
     if not base.exists():
         raise InputError(f"pack: {base} does not exist")
     out = []
     for path in files:
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
+            if path.name.endswith(".gz"):
+                with gzip.open(path) as f:
+                    data = f.read(MAX_PACK_BYTES + 1)
+                if len(data) > MAX_PACK_BYTES:
+                    raise InputError(f"pack: {path} unpacks to more than {MAX_PACK_BYTES >> 20} MiB; not a pack")
+            else:
+                data = path.read_bytes()
+            lines = data.decode("utf-8").splitlines()
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
             raise InputError(f"pack: cannot read {path} ({type(exc).__name__})") from None
         for n, line in enumerate(lines, 1):
             where = f"{path}:{n}"
