@@ -318,7 +318,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     s = summarize(args.root, dest, window=args.window, baseline=args.baseline,
                   pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots,
                   code_version=args.code_version, window_steps=args.window_steps or None, delta=args.delta,
-                  alpha=args.alpha)
+                  alpha=args.alpha, planned_seeds=args.planned_seeds)
     print((Path(dest) / "summary.md").read_text(), end="")
     print(f"{len(s['runs'])} runs; files in {dest}")
     return 0
@@ -424,6 +424,8 @@ def parser() -> argparse.ArgumentParser:
                    "(default 0.3)")
     p.add_argument("--alpha", type=float, default=0.05, help="test level of seeds_needed, e.g. 0.05/8 for the first "
                    "step of Holm's correction over 8 tests (default 0.05)")
+    p.add_argument("--planned-seeds", type=int, metavar="N", help="paired seeds of the study's plan: the "
+                   "detectable column is the difference N seeds detect at the measured sd (default: the seeds found)")
     p.add_argument("--code-version", help="only the runs of this code version (runs of several versions are "
                    "otherwise an error)")
     p.set_defaults(func=cmd_summarize)

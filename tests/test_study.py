@@ -510,9 +510,15 @@ def test_summarize_paired_statistics(tmp_path):
     assert len(s["notes"]) == 2 and any("seed 3" in n for n in s["notes"])
     assert any("mxfp4" in n and "differ" in n for n in s["notes"])
     out = tmp_path / "out"
-    for f in ("runs.csv", "gaps.csv", "paired.csv", "alpha.csv", "summary.json", "summary.md", "loss_curves.png",
-              "gap_vs_size.png"):
+    for f in ("runs.csv", "gaps.csv", "paired.csv", "alpha.csv", "summary.json", "summary.md", "loss_curves.png"):
         assert (out / f).is_file(), f
+    assert not (out / "gap_vs_size.png").exists()  # one size: no plot against size; two sizes get one
+    from fp4lab.study import plots
+
+    plots.gap_vs_size(s["gaps"] + [{**g, "size": "tiny2", "params": 2 * g["params"]} for g in s["gaps"]],
+                      out / "gap_vs_size.png")
+    assert (out / "gap_vs_size.png").stat().st_size > 1000
+    assert p_train["detectable"] == pytest.approx(summary.detectable_difference(p_train["sd"], 3))
     runs = read_csv(out / "runs.csv")
     assert len(runs) == 3 * 3 + 3 and {r["status"] for r in runs} == {"done", "partial"}
     assert "ufp4 − e2m1-ref" in (out / "summary.md").read_text()
@@ -581,7 +587,8 @@ def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
     from fp4lab.study import pack
 
     monkeypatch.chdir(RESULTS.parent.parent)  # the folder column holds paths relative to the repository
-    summary.summarize("docs/results/study/packs", tmp_path, pairs=STUDY_TESTS, plots=False, alpha=0.0125)
+    summary.summarize("docs/results/study/packs", tmp_path, pairs=STUDY_TESTS, plots=False, alpha=0.0125,
+                      planned_seeds=32)
     for name in ("runs.csv", "gaps.csv", "paired.csv", "repeats.csv"):
         assert (tmp_path / name).read_text() == (RESULTS / "study" / name).read_text(), name
     planned = {r.label: r for r in driver.load_plan("examples/study/plan.toml", out=tmp_path / "runs")}
@@ -858,6 +865,12 @@ def test_seeds_needed_matches_the_exact_paired_t_test():
     assert summary.seeds_needed(1.2, 0.3) == 128
     assert summary.seeds_needed(0.3, 0.3, alpha=0.05 / 8) > summary.seeds_needed(0.3, 0.3)
     assert summary.seeds_needed(float("nan")) is None
+    for sd, alpha in ((0.3, 0.05), (0.78, 0.0125), (3.3, 0.0125)):  # the inverse: n seeds detect delta(n) ...
+        for n in (8, 16, 32):
+            delta = summary.detectable_difference(sd, n, alpha)
+            assert summary.seeds_needed(sd, delta * 1.0001, alpha) <= n < summary.seeds_needed(sd, delta * 0.99, alpha)
+    assert 0.48 < summary.detectable_difference(0.78, 32, 0.0125) < 0.49  # docs/study.md, "Seeds": 0.49
+    assert summary.detectable_difference(1.0, 3, 0.0125) is None  # too few seeds for the approximation
 
 
 def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, capsys):

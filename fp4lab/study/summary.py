@@ -13,7 +13,9 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
   points (an interaction ``(A, B, C, D)``: ``d = (gap_A - gap_B) - (gap_C - gap_D)``), with mean, sd and SE over
   the seeds that have all of them (same batches and initial weights per seed), and
   ``seeds_needed``: the paired seeds for a two-sided paired t-test at level ``alpha`` to detect a difference of
-  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``);
+  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``), and
+  ``detectable``: the difference in points such a test detects with probability 0.8 with ``planned_seeds`` paired
+  seeds (default: the row's n) at the measured sd (``detectable_difference``, the same formula solved for delta);
 * for each paired difference: the 95% confidence interval ``mean ± t(0.975, n - 1) * SE``, the two-sided p-value
   of the paired t-test (``t = mean / SE``, Student's t with n - 1 degrees of freedom), and ``p_holm``, Holm's
   step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
@@ -58,7 +60,7 @@ RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps",
                "elapsed_s", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "ci_low", "ci_high", "p", "p_holm",
-                "seeds_needed", "seeds", "diffs")
+                "seeds_needed", "detectable", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
 REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
 UNPAIRED_FIELDS = frozenset({"recipe_toml", "data_order"})
@@ -269,6 +271,17 @@ def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: floa
     return max(2, math.ceil(((za + zb) * sd / delta) ** 2 + za * za / 2))
 
 
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The difference (in the unit of ``sd``) that ``n`` paired seeds detect with probability ``power`` in a
+    two-sided paired t-test at level ``alpha``: ``seeds_needed`` solved for delta, ``(z(1 - alpha/2) + z(power)) *
+    sd / sqrt(n - z(1 - alpha/2)^2 / 2)``; None for an sd that is not finite or too few seeds for the formula."""
+    if not math.isfinite(sd) or not 0 < alpha < 1 or not 0 < power < 1:
+        return None
+    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    room = n - za * za / 2
+    return (za + zb) * sd / math.sqrt(room) if room > 0 else None
+
+
 def relative_gap(run: RunLog, base: RunLog, metric: str, window: float, window_steps: int | None = None) -> float:
     """``100 * mean over the final window of (L_run - L_base) / L_base`` (module docstring)."""
     k = window_size(len(run.rows), window, run.steps(), window_steps)
@@ -336,8 +349,10 @@ def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
               pairs: tuple[tuple[str, ...], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
               code_version: str | None = None, window_steps: int | None = 1000, delta: float = 0.3,
-              alpha: float = 0.05) -> dict[str, Any]:
+              alpha: float = 0.05, planned_seeds: int | None = None) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
+    if planned_seeds is not None and planned_seeds < 2:
+        raise InputError(f"summarize: planned_seeds = {planned_seeds}; it must be at least 2")
     if not 0 < window <= 1:
         raise InputError(f"summarize: window = {window}; it must be in (0, 1]")
     if window_steps is not None and window_steps < 1:
@@ -394,6 +409,7 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                                   "mean": mean, "sd": sd, "se": se, "ci_low": mean - half, "ci_high": mean + half,
                                   "p": t_two_sided_p(mean / se, n - 1) if ok else math.nan, "p_holm": math.nan,
                                   "seeds_needed": seeds_needed(sd, delta, alpha),
+                                  "detectable": detectable_difference(sd, planned_seeds or n, alpha),
                                   "seeds": " ".join(map(str, seeds)),
                                   "diffs": " ".join(f"{d:.6g}" for d in diffs)})
     primary = [p for p in pair_rows if p["metric"] == "train" and not math.isnan(p["p"])]
@@ -407,7 +423,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     repeat_rows = repeats(runs)
     write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
     summary = {"window": window, "window_steps": window_steps, "baseline": baseline, "delta": delta,
-               "test_level": alpha, "code_version": runs[0].code_version, "runs": run_rows, "gaps": gap_rows,
+               "test_level": alpha, "planned_seeds": planned_seeds, "code_version": runs[0].code_version,
+               "runs": run_rows, "gaps": gap_rows,
                "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", markdown(summary))
@@ -415,7 +432,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         from fp4lab.study import plots as plotting
 
         plotting.loss_curves(runs, out / "loss_curves.png", baseline)
-        plotting.gap_vs_size(gap_rows, out / "gap_vs_size.png")
+        if len(params) > 1:  # a gap against size needs two sizes
+            plotting.gap_vs_size(gap_rows, out / "gap_vs_size.png")
     return summary
 
 
@@ -438,18 +456,21 @@ def markdown(summary: dict[str, Any]) -> str:
         t, h = cell[(size, recipe, "train")], cell[(size, recipe, "heldout")]
         lines.append(f"| {size} | {recipe} | {t['n']} | {_pm(t['mean'], t['se'])} | "
                      f"{_pm(h['mean'], h['se'])} |")
+    planned = summary.get("planned_seeds")
     lines += ["", "Paired differences per seed (percentage points): mean ± SE, 95% confidence interval, two-sided "
-              "paired t-test p, p after Holm's correction over the training-loss rows, sd, and the seeds a paired "
-              f"t-test needs for 80% power at {summary.get('delta', 0.3):g} points, level "
-              f"{summary.get('test_level', 0.05):g}.", "",
-              "| size | A − B | metric | n | mean ± SE | 95% CI | p | p (Holm) | sd | seeds needed | per seed |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "paired t-test p, p after Holm's correction over the training-loss rows, sd, the seeds a paired "
+              f"t-test needs for 80% power at {summary.get('delta', 0.3):g} points, and the difference it detects "
+              f"with 80% power with {planned or 'the n'} seeds, at level {summary.get('test_level', 0.05):g} and "
+              "the measured sd.", "",
+              "| size | A − B | metric | n | mean ± SE | 95% CI | p | p (Holm) | sd | seeds needed | detectable | "
+              "per seed |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
         ci = f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]" if p["ci_low"] is not None and \
             math.isfinite(p["ci_low"]) else "-"
         lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
                      f"{ci} | {_num(p['p'])} | {_num(p['p_holm'])} | {_num(p['sd'])} | "
-                     f"{p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | {p['diffs']} |")
+                     f"{p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | "
+                     f"{_num(p.get('detectable'))} | {p['diffs']} |")
     if summary["repeats"]:
         lines += ["", "Repeated runs (bit-identity check).", "", "| size | recipe | seed | rows | identical | "
                   "max abs diff |", "|---|---|---|---|---|---|"]
