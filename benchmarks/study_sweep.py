@@ -347,6 +347,16 @@ def summaries(s: Sweep) -> None:
     meta["config"]["seed"] = 1
     (other / "config.json").write_text(json.dumps(meta))
     s.refuse("summarize", "runs of two code versions", "summarize", d / "runs", "--no-plots")
+    packs = s.folder()
+    (packs / "a").mkdir()
+    (packs / "a" / "runs.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    s.refuse("summarize", "corrupt runs.jsonl.gz", "summarize", packs, "--no-plots")
+    s.refuse("study", "--done-from a corrupt runs.jsonl.gz", "study", p, "--out", s.folder(), "--done-from", packs,
+             "--no-progress")
+    import gzip
+
+    (packs / "a" / "runs.jsonl.gz").write_bytes(gzip.compress(b"[1, 2]\n"))
+    s.refuse("summarize", "runs.jsonl.gz holding no run", "summarize", packs, "--no-plots")
 
 
 def interrupts(s: Sweep) -> None:
