@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -353,8 +354,6 @@ def summaries(s: Sweep) -> None:
     s.refuse("summarize", "corrupt runs.jsonl.gz", "summarize", packs, "--no-plots")
     s.refuse("study", "--done-from a corrupt runs.jsonl.gz", "study", p, "--out", s.folder(), "--done-from", packs,
              "--no-progress")
-    import gzip
-
     (packs / "a" / "runs.jsonl.gz").write_bytes(gzip.compress(b"[1, 2]\n"))
     s.refuse("summarize", "runs.jsonl.gz holding no run", "summarize", packs, "--no-plots")
 

@@ -21,16 +21,15 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
   step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
   the summary; held-out rows get no adjusted p-value.
 
-Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl``, ``fp4lab.study.pack``)
-under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the recipe's name). The
-summary refuses (one-line ``InputError``) runs of more than one code version or corpus fingerprint (pass
-``code_version`` to keep one version), and a run found finished (or diverged) twice (same size, label, seed and
-replica): a rerun never replaces a result silently. An unfinished record (a run that a slice cut off, packed as
-``partial``) gives way to a finished one of the same run, and of two unfinished ones the one logged further is
-kept. Two runs are paired when their identities agree except for the recipe and
-``data_order`` (the negative control differs from its baseline only in the data order). Repeats (``replica`` 1)
-stay out of the gaps; ``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for
-bit.
+Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl`` or ``runs.jsonl.gz``,
+``fp4lab.study.pack``) under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the
+recipe's name). The summary refuses (one-line ``InputError``) runs of more than one code version or corpus
+fingerprint (pass ``code_version`` to keep one version), and a run found finished (or diverged) twice (same size,
+label, seed and replica): a rerun never replaces a result silently. An unfinished record (a run that a slice cut
+off, packed as ``partial``) gives way to a finished one of the same run, and of two unfinished ones the one logged
+further is kept. Two runs are paired when their identities agree except for the recipe and ``data_order`` (the
+negative control differs from its baseline only in the data order). Repeats (``replica`` 1) stay out of the gaps;
+``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for bit.
 
 Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean training throughput of a run's
 evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``,
@@ -137,9 +136,10 @@ def _final(run: RunLog) -> bool:
 
 
 def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]:
-    """Every run folder (one with ``config.json``) and packed run (``runs.jsonl``) under ``root``, sorted by
-    where they were found; only those of ``code_version`` if given. InputError for a run found twice and for runs
-    of several code versions or corpora; an unfinished record gives way to a finished one (module docstring)."""
+    """Every run folder (one with ``config.json``) and packed run (``pack.load_packs``) under ``root``, sorted by
+    where they were found; only those of ``code_version`` if given. InputError for a run found finished twice and
+    for runs of several code versions or corpora; an unfinished record gives way to a finished one (module
+    docstring)."""
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"summarize: {base} is not a directory")
@@ -260,6 +260,11 @@ def contrast_terms(pair: tuple[str, ...]) -> list[tuple[str, int]]:
     raise InputError(f"summarize: a contrast names 2 or 4 labels (A:B or A:B:C:D), not {len(pair)}")
 
 
+def _z(alpha: float, power: float) -> tuple[float, float]:
+    """Standard normal quantiles z(1 - alpha/2) and z(power) of the sample-size formula."""
+    return NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+
+
 def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """Paired seeds for a two-sided paired t-test at level ``alpha`` to detect ``delta`` with probability ``power``
     when the per-seed differences have standard deviation ``sd``: Guenther's (1981) correction of the normal
@@ -267,7 +272,7 @@ def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: floa
     (None for an sd that is not finite)."""
     if not math.isfinite(sd) or not delta > 0 or not 0 < alpha < 1 or not 0 < power < 1:
         return None
-    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    za, zb = _z(alpha, power)
     return max(2, math.ceil(((za + zb) * sd / delta) ** 2 + za * za / 2))
 
 
@@ -277,7 +282,7 @@ def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float =
     sd / sqrt(n - z(1 - alpha/2)^2 / 2)``; None for an sd that is not finite or too few seeds for the formula."""
     if not math.isfinite(sd) or not 0 < alpha < 1 or not 0 < power < 1:
         return None
-    za, zb = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    za, zb = _z(alpha, power)
     room = n - za * za / 2
     return (za + zb) * sd / math.sqrt(room) if room > 0 else None
 
