@@ -115,7 +115,7 @@ def _load_quarters(x_ptr, M, K, K2, BM: tl.constexpr, C2: tl.constexpr, IN_KIND:
 def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed, signs_ptr, rscale, ts, g, floor,
              etab, stab, R: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
              RHT_N: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr, INTERP: tl.constexpr,
-             FAST_RAND: tl.constexpr, SRW: tl.constexpr, LEAN_OK: tl.constexpr,
+             FAST_RAND: tl.constexpr, SRW: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
              ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr):
     """Fake-quantize rows ``rows`` (even/odd column halves xe, xo [R, BK/2]) along K and store them (``floor``: the
     multiplier floor of two-level formats for ``ts``)."""
@@ -128,7 +128,7 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
         re = addr_e
         ro = addr_o
     code_e, code_o, sc, S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, R, C2, TR, TC, TWO_D, ELEM, SCALE,
-                                            LEAN_OK, floor, SCALE.TWO_LEVEL)
+                                            QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL)
     ve, vo = _values(code_e, code_o, S, ts, etab[ETAB_VALUES], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
     _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
@@ -145,7 +145,7 @@ def _fake_quant_kernel(
     IN_KIND: tl.constexpr, WORDS: tl.constexpr, ALONG_K: tl.constexpr, ALONG_M: tl.constexpr,
     RHT_K: tl.constexpr, RHT_M: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr,
     INTERP: tl.constexpr, SEED_PTR: tl.constexpr, FAST_RAND: tl.constexpr, SRW: tl.constexpr,
-    LEAN_OK: tl.constexpr,
+    QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr,
     ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr,
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
@@ -177,7 +177,7 @@ def _fake_quant_kernel(
         xe, xo = _load_halves(x_ptr, rows, kw, addr_e, addr_o, me, mo, mw, K2, IN_KIND, WORDS)
         _along_k(xe, xo, outk_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, seed_k, signs_k_ptr, rscale_k,
                  ts_k, g_k, fl_k, etab, stab, BM, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP, FAST_RAND, SRW,
-                 LEAN_OK, ELEM, SCALE, DEC)
+                 QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
     else:
         H: tl.constexpr = BM // 2
         rows_e, rows_o, kw, ce, ae_e, ae_o, me_e, me_o, wm, xee, xeo, xoe, xoo = _load_quarters(
@@ -190,7 +190,7 @@ def _fake_quant_kernel(
                     rr, a_e, ye, yo, rm_ = rows_o, ae_o, xoe, xoo, me_o
                 _along_k(ye, yo, outk_ptr, rr, kw, ce, a_e, a_e + 1, rm_, rm_ & wm, K, K2, seed_k, signs_k_ptr,
                          rscale_k, ts_k, g_k, fl_k, etab, stab, H, BK, TR, TC, TWO_D, RHT_K, OUT_F32, APPLY_TS, INTERP,
-                         FAST_RAND, SRW, LEAN_OK, ELEM, SCALE, DEC)
+                         FAST_RAND, SRW, QDIV_K, LEAN_OK, ELEM, SCALE, DEC)
         # along M: per column parity, the even-row and odd-row halves form blocks of TC // 2 rows each
         if RHT_M > 0:
             xee, xoe = rht_row_pairs(xee, xoe, signs_m_ptr, rows_e, rscale_m, H, C2, RHT_M)
@@ -204,10 +204,10 @@ def _fake_quant_kernel(
             roe = ae_e
             roo = ae_e
         c_ee, c_oe, sc_e, S_e = quantize_halves(xee, xoe, ree, roe, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
-                                                ELEM, SCALE, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
+                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
         v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         c_eo, c_oo, sc_o, S_o = quantize_halves(xeo, xoo, reo, roo, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
-                                                ELEM, SCALE, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
+                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
         v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
         _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)

@@ -130,12 +130,16 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     in_kind = input_kind(x.dtype)
     words = in_kind == InputKind.BF16 and K % 2 == 0
     per_call = sr_elements_per_call(sr_bits)
-    lean_ok = sp.targets.size == 1 and (not sp.divides or ep.fast_division)  # as in quantize_launch
+
+    def qdiv(rht_n: int) -> bool:
+        return (in_kind == InputKind.F32 or rht_n > 0) and ep.one_spacing and mode == "rtne"
+
+    lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not sp.divides)
     consts = dict(
         BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind.code, WORDS=words, ALONG_K=along_k is not None,
         ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
-        SEED_PTR=seed_ptr, FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, LEAN_OK=lean_ok,
-        ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt),
+        SEED_PTR=seed_ptr, FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, QDIV_K=qdiv(rk),
+        QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt),
     )
     options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
     tables = kernel_tables(ep, sp, dev)

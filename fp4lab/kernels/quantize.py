@@ -28,7 +28,6 @@ from fp4lab.kernels.tile import (
     bits_of,
     block_scale_codes,
     decode_scale,
-    div_by_reciprocal,
     element_policies,
     encode_det,
     encode_fbits_det,
@@ -146,7 +145,11 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
     elif SCALE.DIV_POW2:
         t = xb * _expand(tl.div_rn(one, S), TWO_D)
     elif SCALE.DIVIDE_ELEMENTS:
-        t = tl.div_rn(xb, tl.broadcast_to(_expand(_divisor(S, ts, SCALE), TWO_D), xb.shape))
+        if SCALE.TWO_LEVEL:
+            den = S * ts
+        else:
+            den = S
+        t = tl.div_rn(xb, tl.broadcast_to(_expand(den, TWO_D), xb.shape))
     else:
         re = _expand(_reciprocal(S, ts, SCALE.TWO_LEVEL), TWO_D)
         if LEAN:
@@ -167,6 +170,24 @@ def _nonzero_quotients(t, xb, S, TWO_D: tl.constexpr):
 
 
 @triton.jit
+def _near_boundary(te, to, ELEM: tl.constexpr):
+    """Scalar: True when some |t| of the tile lies within 2^(emin - 20) (>= 4 ulps of any |t| below
+    2^(emin + 1)) of a rounding boundary (odd multiple of half the spacing) of a one-spacing ExMy grid (the
+    ``ELEM.FB_*`` fields), or above the largest level. The rounded value is the encoder's own sum, computed once."""
+    FB_M: tl.constexpr = ELEM.FB_M
+    FB_EMIN: tl.constexpr = ELEM.FB_EMIN
+    NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> FB_M
+    BIG: tl.constexpr = 2.0 ** (FB_EMIN - FB_M + 23)
+    VMAX: tl.constexpr = 2.0 ** (FB_EMIN + NB - 2) * (2.0 - 2.0 ** -FB_M)
+    HALF_TOL: tl.constexpr = 2.0 ** (FB_EMIN - FB_M - 1) - 2.0 ** (FB_EMIN - 20)
+    ae = tl.abs(te)
+    ao = tl.abs(to)
+    re = ae - ((tl.minimum(ae, VMAX) + BIG) - BIG)
+    ro = ao - ((tl.minimum(ao, VMAX) + BIG) - BIG)
+    return tl.max(tl.maximum(tl.abs(re), tl.abs(ro))) >= HALF_TOL
+
+
+@triton.jit
 def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
     """Per-block multiplier of the reciprocal element scaling: 1/S, or (1/ts)/S for two-level formats."""
     one = tl.full(S.shape, 1.0, tl.float32)
@@ -178,31 +199,18 @@ def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
 
 
 @triton.jit
-def _divisor(S, ts, SCALE: tl.constexpr):
-    """Per-block divisor of the elements of a dividing format: S, or S * ts for two-level formats."""
-    if SCALE.TWO_LEVEL:
-        return S * ts
-    else:
-        return S
-
-
-@triton.jit
-def _tile_is_plain(has_inf, has_nan, S, ts, amax, SCALE: tl.constexpr):
+def _tile_is_plain(has_inf, has_nan, S, ts, SCALE: tl.constexpr):
     """Scalar: True when every block of the tile has finite inputs and a normal finite scale whose element
     multiplier is finite (and, S_CRIT > 0, below S_CRIT: no decoded-range caps), so the lean encoding (no
-    NaN/zero-scale/0 * Inf corrections, no multiplier floor, no caps) gives the same bits. Dividing formats: the
-    divisor d lies in [2^-60, 2^100] and amax / d <= 2^100, where ``tile.div_by_reciprocal`` divides exactly."""
+    NaN/zero-scale/0 * Inf corrections, no multiplier floor, no caps) gives the same bits."""
     S_CRIT: tl.constexpr = SCALE.S_CRIT
     eb = bits_of(S) & 0x7F800000
     bad = has_inf | has_nan | (eb == 0) | (eb == 0x7F800000)
-    if SCALE.DIVIDE_ELEMENTS and not (SCALE.ENCODE_ARITH or SCALE.DIV_POW2):
-        d = _divisor(S, ts, SCALE)
-        bad = bad | (d < 2.0 ** -60) | (d > 2.0 ** 100) | (amax > d * 2.0 ** 100)
-    elif not (SCALE.ENCODE_ARITH or SCALE.DIVIDE_ELEMENTS or SCALE.DIV_POW2):
+    if not (SCALE.ENCODE_ARITH or SCALE.DIVIDE_ELEMENTS or SCALE.DIV_POW2):
         bad = bad | ((bits_of(_reciprocal(S, ts, SCALE.TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
     if S_CRIT > 0.0:
         if SCALE.TWO_LEVEL:
-            bad = bad | tl.where(ts == 1.0, S >= S_CRIT, False)  # (the interpreter cannot & a 0-d bool into a tile)
+            bad = bad | ((S >= S_CRIT) & (ts == 1.0))
         else:
             bad = bad | (S >= S_CRIT)
     return tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) == 0
@@ -308,18 +316,26 @@ def _block_scales(amax, zero, has_inf, has_nan, ts, g, target, inv_target, stab,
 
 @triton.jit
 def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
-                   LEAN: tl.constexpr):
+                   LEAN: tl.constexpr, QDIV: tl.constexpr):
     """(even-half codes, odd-half codes) of the blocks with decoded scales S; LEAN as in _scale_elements (t is
     then never NaN, so the NaN element policy is left out too); SCALE.S_CRIT > 0: decoded-range caps (tensor
     scale 1)."""
-    if LEAN and SCALE.DIVIDE_ELEMENTS and not (SCALE.ENCODE_ARITH or SCALE.DIV_POW2):
-        # every divisor of a lean tile is in div_by_reciprocal's exact range (_tile_is_plain), and the host makes
-        # a dividing format lean only where its tiny quotients round as zero does (ElementParams.fast_division)
-        den = _divisor(S, ts, SCALE)
-        d = _expand(den, TWO_D)
+    NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> ELEM.FB_M
+    if LEAN and QDIV and SCALE.DIVIDE_ELEMENTS and ELEM.FBITS and NB == 2 and not ELEM.SR:
+        # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
+        # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
+        # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
+        # nearly every tile (measured on the H200: slower than dividing), so they divide
+        if SCALE.TWO_LEVEL:
+            den = S * ts
+        else:
+            den = S
         r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
-        te = div_by_reciprocal(eb, d, r)
-        to = div_by_reciprocal(ob, d, r)
+        te = eb * r
+        to = ob * r
+        if _near_boundary(te, to, ELEM):
+            te = tl.div_rn(eb, tl.broadcast_to(_expand(den, TWO_D), eb.shape))
+            to = tl.div_rn(ob, tl.broadcast_to(_expand(den, TWO_D), ob.shape))
     else:
         te = _scale_elements(eb, S, ts, TWO_D, SCALE, LEAN)
         to = _scale_elements(ob, S, ts, TWO_D, SCALE, LEAN)
@@ -389,7 +405,7 @@ def tensor_scale(amax_t, ts_den, SCALE: tl.constexpr):
 @triton.jit
 def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
                     TC: tl.constexpr, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
-                    LEAN_OK: tl.constexpr, floor, FLOOR_GIVEN: tl.constexpr):
+                    QDIV: tl.constexpr, LEAN_OK: tl.constexpr, floor, FLOOR_GIVEN: tl.constexpr):
     """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
     (unless SCALE.CHOICE is NONE; tensor scale ts and encode scale g of two-level formats): (code_e, code_o
     [BM, C2], scale codes, decoded scales [blocks of the tile]); element-only formats return zero-sized scale
@@ -436,10 +452,10 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                                         SCALE)
         if BUMP:
             best_sc, best_S = _floor_scales(best_sc, best_S, amax, fcode, fval)
-        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, amax, SCALE):
-            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, True)
+        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, SCALE):
+            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, True, QDIV)
         else:
-            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, False)
+            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
         if N_TG > 1:
             vals_ptr = etab[ETAB_VALUES]
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
@@ -448,7 +464,7 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                                       stab, SCALE)
                 if BUMP:
                     sc, S = _floor_scales(sc, S, amax, fcode, fval)
-                c_e, c_o = _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D, ELEM, SCALE, False)
+                c_e, c_o = _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
                 take = err < best_err
                 best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
@@ -469,7 +485,7 @@ def _quantize_kernel(
     signs_ptr, rscale, M, K, K2, INNER, seed,
     BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr,
     IN_KIND: tl.constexpr, INNER1: tl.constexpr, WORDS: tl.constexpr, PACK: tl.constexpr, STORE_S: tl.constexpr,
-    FAST_RAND: tl.constexpr, SRW: tl.constexpr, RHT_N: tl.constexpr, LEAN_OK: tl.constexpr,
+    FAST_RAND: tl.constexpr, SRW: tl.constexpr, RHT_N: tl.constexpr, QDIV: tl.constexpr, LEAN_OK: tl.constexpr,
     ELEM: tl.constexpr, SCALE: tl.constexpr,
 ):
     """One [BM, BK] tile, held as its even and odd columns (two [BM, BK/2] halves with one layout): bf16 pairs
@@ -507,7 +523,7 @@ def _quantize_kernel(
         if (pid_m == 0) & (pid_k == 0):
             tl.store(ts_ptr, ts)
     code_e, code_o, best_sc, best_S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM, C2, TR, TC, TWO_D,
-                                                      ELEM, SCALE, LEAN_OK, (0, 0.0), False)
+                                                      ELEM, SCALE, QDIV, LEAN_OK, (0, 0.0), False)
     if SCALE.CHOICE != CHOICE_NONE:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)

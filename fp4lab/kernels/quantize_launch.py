@@ -127,17 +127,17 @@ def quantize_triton(x, fmt, options: QuantizeOptions = DEFAULT_OPTIONS, *, packe
     if scaled and tc < 2:
         raise InputError(f"quantize: format '{fmt.name}' has blocks of width 1; the Triton kernels need >= 2")
 
-    # the per-tile lean branch (see _tile_is_plain); dividing formats take it only where it divides by the
-    # per-block reciprocal with FMA corrections (ElementParams.fast_division): a second copy of the division
-    # itself would cost more than the corrections the lean branch drops
-    lean_ok = sp.targets.size == 1 and (not sp.divides or ep.fast_division)
+    # the per-tile lean branch (see _tile_is_plain) pays off unless it would still divide every element: a second
+    # copy of the division code costs more than the corrections it drops (measured on the H200, ufp4 bf16)
+    qdiv = (in_kind == InputKind.F32 or rht_n > 0) and ep.one_spacing and mode == "rtne"
+    lean_ok = sp.targets.size == 1 and (qdiv or not sp.divides)
     if mv.M * mv.K:
         tables = kernel_tables(ep, sp, dev)
         qk._quantize_kernel[grid](
             xk, codes, scodes, scales, amax_buf, ts_out, *ep.kernel_args(tables), *tables.scale_tables(),
             sp.ts_den, *sp.block_constants(), signs, rscale, mv.M, mv.K, mv.K // 2, mv.inner, int(seed),
             BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind.code, INNER1=inner1, WORDS=words, PACK=packed,
-            STORE_S=bool(scaled and store_scales), FAST_RAND=fast_rand, SRW=int(sr_bits), RHT_N=rht_n,
+            STORE_S=bool(scaled and store_scales), FAST_RAND=fast_rand, SRW=int(sr_bits), RHT_N=rht_n, QDIV=qdiv,
             LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, **opts)
     if scaled and sp.cx.KIND == ScaleKind.BF16.code:
         scodes = scodes.view(torch.uint16)
