@@ -21,7 +21,7 @@
    default and "reduce-overhead" (CUDA graphs) modes, three steps each (stochastic-rounding keys drawn on the
    device step by step, also in graph replays); and the device key kernel against the host formula.
 
-    python benchmarks/h200_training_check.py --json out.json [--tiles]
+    python benchmarks/h200_training_check.py --json out.json [--tiles] [--skip-checks --formats ufp4 ...]
 """
 
 from __future__ import annotations
@@ -405,7 +405,7 @@ def check_scaled_mm() -> dict[str, Any]:
     return out
 
 
-def time_kernels(tiles: bool) -> dict[str, Any]:
+def time_kernels(tiles: bool, formats: list[str] | None = None) -> dict[str, Any]:
     import triton
 
     x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
@@ -421,6 +421,8 @@ def time_kernels(tiles: bool) -> dict[str, Any]:
              "m": [None, (32, 128, 4)],
              "km": [None, (32, 128, 4), (64, 64, 4), (64, 64, 8), (32, 128, 8), (64, 128, 8), (32, 256, 8)]}
     for name, mode, srw, (rk, rm) in combos:
+        if formats and name not in formats:
+            continue
         fmt = fp4lab.get_format(name)
         swept = tiles and (name, mode, srw) in (("ufp4", "sr", 16), ("mxfp4", "rtne", 24))
         for along, tl_list in (sweep if swept else {"k": [None], "m": [None], "km": [None]}).items():
@@ -509,6 +511,7 @@ def main() -> None:
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--only-compiled", action="store_true", help="section 7 alone")
+    ap.add_argument("--formats", nargs="+", default=None, help="section 4: time only these formats")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(),
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -537,7 +540,7 @@ def main() -> None:
         out["fp8_unfit_rows"] = check_fp8_unfit_rows()
         save()
     if not args.skip_timing:
-        out["timing"] = time_kernels(args.tiles)
+        out["timing"] = time_kernels(args.tiles, args.formats)
         save()
 
 
