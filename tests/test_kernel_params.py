@@ -81,3 +81,17 @@ def test_builtin_float_grids_take_the_bit_arithmetic_path(name):
     fmt = fp4lab.get_format(name)
     for mode in ("rtne", "sr"):
         assert element_params(fmt, mode).cx.FBITS, f"{name} {mode} fell back to threshold tables"
+
+
+def test_fast_division_needs_grid_levels_of_at_least_2_to_the_minus_16():
+    """The fake-quant kernel's column passes divide by the block's reciprocal only on grids where every scaled
+    element below 2^-42 codes as a zero of its sign (ElementParams.fast_division): the built-in 4-bit grids, not
+    a grid whose smallest level is 2^-19."""
+    for name in ("ufp4", "e2m1-b16-fp32", "int4-b16-fp32", "nf4-b64-fp32"):
+        for mode in ("rtne", "sr", "rtp"):
+            assert element_params(fp4lab.get_format(name), mode).fast_division, (name, mode)
+    tiny = fp4lab.get_format("ufp4").model_copy(update={"element": FloatGrid(exponent_bits=3, mantissa_bits=0,
+                                                                            bias=20)})
+    levels = element_params(tiny, "rtne").levels
+    assert np.abs(levels[levels != 0]).min() == 2.0 ** -19
+    assert not element_params(tiny, "rtne").fast_division

@@ -5,9 +5,13 @@ cases)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import fp4lab
 from fp4lab import QuantizeOptions
@@ -16,9 +20,13 @@ from fp4lab.errors import InputError
 from fp4lab.formats import ROUNDING_MODES
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.kernels.api import dequantize_cuda, gemm, quantize_cuda, rht_cuda
-from fp4lab.kernels.params import gemm_plan
+from fp4lab.kernels.fakequant_launch import fake_quantize_triton
+from fp4lab.kernels.params import element_params, gemm_plan
+from fp4lab.kernels.tile import div_by_reciprocal, fma_rn
 from fp4lab.kernels.verify import Case, _bits, compare, kernel_fields, make_input, reference_fields
+from fp4lab.numerics.fakequant import fake_quantize_reference
 from fp4lab.numerics.gemm_reference import gemm_reference
+from fp4lab.numerics.options import Blocking
 from fp4lab.numerics.range_policy import tensor_scale_bounds
 from fp4lab.numerics.ref_quantize import dequantize_reference, quantize_reference
 from fp4lab.numerics.rht import rht_reference
@@ -76,6 +84,131 @@ def test_quantize_bf16_words_path_all_formats(name):
             if fmt.element.bits == 4:
                 codes = quantize_triton(xt, fmt, opts, packed=True).packed_codes
                 assert np.array_equal(codes.numpy(), pack_nibbles(ref.codes))
+
+
+@triton.jit
+def _divide_kernel(x_ptr, d_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    x = tl.load(x_ptr + i, mask=m, other=1.0)
+    d = tl.load(d_ptr + i, mask=m, other=1.0)
+    r = tl.div_rn(tl.full(d.shape, 1.0, tl.float32), d)
+    tl.store(out_ptr + i, div_by_reciprocal(x, d, r), mask=m)
+
+
+@triton.jit
+def _fma_kernel(a_ptr, b_ptr, c_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    out = fma_rn(tl.load(a_ptr + i, mask=m), tl.load(b_ptr + i, mask=m), tl.load(c_ptr + i, mask=m))
+    tl.store(out_ptr + i, out, mask=m)
+
+
+def _launch(kernel, *arrays: np.ndarray) -> np.ndarray:
+    ts = [torch.from_numpy(np.ascontiguousarray(a, np.float32)) for a in arrays]
+    out = torch.empty_like(ts[0])
+    n = out.numel()
+    kernel[(triton.cdiv(n, 4096),)](*ts, out, n, BLOCK=4096)
+    return out.numpy()
+
+
+def _rn32(v: Fraction) -> np.float32:
+    """The float32 nearest to the exact rational v (ties to even), for normal-range v."""
+    f = np.float32(float(v))  # within an ulp or so: pick the nearest of it and its neighbours exactly
+    cands = [np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf))]
+    return min(cands, key=lambda c: (abs(Fraction(float(c)) - v), int(np.float32(c).view(np.int32)) & 1))
+
+
+def test_fma_rn_rounds_once():
+    """The interpreter's twin of the GPU's ``fma.rn.f32`` (the exact sum rounded to odd in float64, then to
+    fp32) against the exact rational result rounded to nearest-even, on products cancelled by c, random
+    triples and sums that land on float32 midpoints (where rounding twice, as ``tl.fma`` does in the
+    interpreter, goes wrong)."""
+    rng = np.random.default_rng(8)
+    n = 3000
+    a = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 20, n)).astype(np.float32)
+    b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 20, n)).astype(np.float32)
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c = np.concatenate([
+        (-p[:1000]).astype(np.float32),  # heavy cancellation
+        (rng.uniform(-1, 1, 1000) * p[1000:2000] * 2.0 ** rng.integers(-30, 5, 1000)).astype(np.float32),
+        # c = the negated product's float32 neighbour plus half an ulp of the product's last float32 bit
+        (-(p[2000:] - np.spacing(p[2000:].astype(np.float32)).astype(np.float64) / 2)).astype(np.float32),
+    ])
+    got = _launch(_fma_kernel, a, b, c)
+    want = np.array([_rn32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))
+                     for x, y, z in zip(a, b, c)], np.float32)
+    assert np.array_equal(got.view(np.int32), want.view(np.int32)), int((got != want).sum())
+    twice = (a * b + c).astype(np.float32)  # what the interpreter's own tl.fma gives: the test can fail
+    assert not np.array_equal(twice.view(np.int32), want.view(np.int32))
+
+
+def test_division_by_reciprocal_is_exact():
+    """``tile.div_by_reciprocal`` equals float32 division bit for bit where its docstring says it is exact
+    (divisor in [2^-60, 2^100], quotient magnitude in [2^-42, 2^100]): random pairs, divisors with all-ones and
+    all-zeros significands, and dividends x = fl(m * d) that put x / d next to a midpoint m between two floats
+    (where one correction step can round the wrong way). Below 2^-42 it keeps x's sign and stays below 2^-41;
+    signed zeros keep their sign."""
+    rng = np.random.default_rng(11)
+    n = 120_000
+    sig = rng.uniform(1, 2, n)
+    sig[: n // 6] = 2 - 2.0 ** -23  # all ones
+    sig[n // 6: n // 3] = 1.0
+    d = (sig * 2.0 ** rng.integers(-60, 100, n)).astype(np.float32)
+    q_exp = rng.integers(-42, 27, n)
+    q_exp = np.minimum(q_exp, 126 - np.floor(np.log2(d)).astype(int))  # x stays finite
+    q = (rng.uniform(1, 2, n) * 2.0 ** q_exp).astype(np.float32)
+    mid = q.astype(np.float64) + np.spacing(q).astype(np.float64) / 2  # a midpoint of the float32 grid
+    x = np.where(rng.random(n) < 0.5, mid * d, q.astype(np.float64) * d).astype(np.float32)
+    x = np.where(rng.random(n) < 0.5, -x, x).astype(np.float32)
+    keep = np.abs(x / d) >= 2.0 ** -42
+    got = _launch(_divide_kernel, x, d)
+    want = (x / d).astype(np.float32)
+    bad = keep & (got.view(np.int32) != want.view(np.int32))
+    assert not bad.any(), (int(bad.sum()), x[bad][:3], d[bad][:3], got[bad][:3], want[bad][:3])
+    assert keep.sum() > n * 0.9
+    # tiny quotients and signed zeros
+    dt = (rng.uniform(1, 2, 4000) * 2.0 ** rng.integers(-60, 100, 4000)).astype(np.float32)
+    xt = (rng.uniform(-2, 2, 4000) * 2.0 ** rng.integers(-149, -42, 4000) * dt.astype(np.float64)).astype(np.float32)
+    xt[:4] = [0.0, -0.0, 0.0, -0.0]
+    gt = _launch(_divide_kernel, xt, dt)
+    assert np.array_equal(np.signbit(gt), np.signbit(xt))
+    assert (np.abs(gt) < 2.0 ** -41).all()
+
+
+@pytest.mark.parametrize("name", ["ufp4", "ufp4-e4m3", "e2m1-b16-fp32"])
+def test_division_at_rounding_boundaries(name):
+    """Column-only fake-quant passes of formats that divide each element by its block's scale (FP32 scales) divide
+    lean tiles by the block's reciprocal with two FMA corrections. Blocks whose x / S sits on and 1-3 ulps around
+    every rounding boundary of the grid (S not a power of two), and smooth random blocks, fake-quantized along M
+    (alone: that path; with K: the general one; no RHT, which would move the values off the boundaries) and
+    quantized, in both roundings, equal the reference bit for bit."""
+    fmt = fp4lab.get_format(name)
+    levels = element_params(fmt, "rtne").levels
+    pos = np.unique(levels[np.isfinite(levels) & (levels >= 0)]).astype(np.float64)
+    mids = ((pos[1:] + pos[:-1]) / 2).astype(np.float32)
+    top = np.float32(pos[-1])
+    rng = np.random.default_rng(4)
+    rows = []
+    for r in range(32):
+        s = np.float32(rng.uniform(0.3, 3.0))
+        v = (mids * s).astype(np.float32)
+        for _ in range(r % 4):
+            v = np.nextafter(v, np.float32(np.inf) if r % 2 else np.float32(0)).astype(np.float32)
+        v = np.where(rng.random(v.size) < 0.5, -v, v)
+        row = np.concatenate([[top * s], v, rng.uniform(-s, s, 15 - v.size).astype(np.float32)])
+        rows.append(np.tile(row, 8))
+    x = np.concatenate([np.stack(rows), make_input("random", 32, 128, seed=12)]).astype(np.float32)
+    for xt in (torch.from_numpy(x), torch.from_numpy(x).to(torch.bfloat16)):
+        xf = xt.to(torch.float32).numpy()
+        for opts in (QuantizeOptions("rtne"), QuantizeOptions("sr", seed=3)):
+            assert_same(quantize_cuda(xt, fmt, opts), quantize_reference(xf, fmt, opts))
+        xc, xcf = xt.T.contiguous(), np.ascontiguousarray(xf.T)  # the blocks as columns: blocked along M
+        for mode in ("rtne", "sr"):
+            want, _ = fake_quantize_reference(xcf, fmt, mode, 0, 0, None, 0, 16, "bf16", True)
+            for along_k in (None, Blocking(None)):
+                got = fake_quantize_triton(xc, fmt, mode, along_k=along_k, along_m=Blocking(None), sr_bits=16)
+                assert np.array_equal(_bits(got[1].float().numpy()), _bits(want)), (name, mode, along_k)
 
 
 @pytest.mark.parametrize("name", ["ufp4", "ufp4-e4m3"])

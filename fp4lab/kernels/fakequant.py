@@ -128,7 +128,7 @@ def _along_k(xe, xo, out_ptr, rows, kw, ce, addr_e, addr_o, rmask, mw, K, K2, se
         re = addr_e
         ro = addr_o
     code_e, code_o, sc, S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, R, C2, TR, TC, TWO_D, ELEM, SCALE,
-                                            QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL)
+                                            QDIV, LEAN_OK, floor, SCALE.TWO_LEVEL, False)
     ve, vo = _values(code_e, code_o, S, ts, etab[ETAB_VALUES], R, C2, TR, TC, TWO_D, APPLY_TS, DEC, SCALE)
     _store(out_ptr, ve, vo, rows, kw, ce, rmask, mw, K, K2, R, C2, OUT_F32, INTERP)
 
@@ -145,14 +145,15 @@ def _fake_quant_kernel(
     IN_KIND: tl.constexpr, WORDS: tl.constexpr, ALONG_K: tl.constexpr, ALONG_M: tl.constexpr,
     RHT_K: tl.constexpr, RHT_M: tl.constexpr, OUT_F32: tl.constexpr, APPLY_TS: tl.constexpr,
     INTERP: tl.constexpr, SEED_PTR: tl.constexpr, FAST_RAND: tl.constexpr, SRW: tl.constexpr,
-    QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr,
+    QDIV_K: tl.constexpr, QDIV_M: tl.constexpr, LEAN_OK: tl.constexpr, FAST_DIV_M: tl.constexpr,
     ELEM: tl.constexpr, SCALE: tl.constexpr, DEC: tl.constexpr,
 ):
     """One [BM, BK] tile of a row-major [M, K] input (M % BM == 0 for ALONG_M), fake-quantized along K into
     ``outk`` and/or along M into ``outm``. Two-level formats: ``tsv_ptr`` holds, for the K and the M output, the
     tensor scale, encode scale and multiplier floor that ``_tensor_scales_kernel`` derived from the tensor amax of
     the K- and M-rotated tensors. SEED_PTR: ``seed_k``/``seed_m`` point at int64 seeds in device memory (CUDA-graph
-    replays read the current step's seeds there). The table arguments are those of ``quantize._quantize_kernel``."""
+    replays read the current step's seeds there). FAST_DIV_M: lean tiles of the M blocking divide by the block's
+    reciprocal (``quantize._encode_blocks``). The table arguments are those of ``quantize._quantize_kernel``."""
     if SEED_PTR:
         seed_k = tl.load(seed_k)
         seed_m = tl.load(seed_m)
@@ -204,10 +205,12 @@ def _fake_quant_kernel(
             roe = ae_e
             roo = ae_e
         c_ee, c_oe, sc_e, S_e = quantize_halves(xee, xoe, ree, roe, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
-                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
+                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL,
+                                                FAST_DIV_M)
         v_ee, v_oe = _values(c_ee, c_oe, S_e, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         c_eo, c_oo, sc_o, S_o = quantize_halves(xeo, xoo, reo, roo, ts_m, g_m, etab, stab, H, C2, TC // 2, 2, True,
-                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL)
+                                                ELEM, SCALE, QDIV_M, LEAN_OK, fl_m, SCALE.TWO_LEVEL,
+                                                FAST_DIV_M)
         v_eo, v_oo = _values(c_eo, c_oo, S_o, ts_m, vals_ptr, H, C2, TC // 2, 2, True, APPLY_TS, DEC, SCALE)
         _store(outm_ptr, v_ee, v_eo, rows_e, kw, ce, me_e, me_e & wm, K, K2, H, C2, OUT_F32, INTERP)
         _store(outm_ptr, v_oe, v_oo, rows_o, kw, ce, me_o, me_o & wm, K, K2, H, C2, OUT_F32, INTERP)

@@ -134,12 +134,18 @@ def _fused(plan: _Plan, x: Any, fmt: QuantFormat, mode: str, along_k: Blocking |
     def qdiv(rht_n: int) -> bool:
         return (in_kind == InputKind.F32 or rht_n > 0) and ep.one_spacing and mode == "rtne"
 
-    lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not sp.divides)
+    # column-only passes of dividing formats divide lean tiles by the block's reciprocal (tile.div_by_reciprocal):
+    # measured faster on the H200 (ufp4 RHT-16 column pass 138 -> 106 us rtne, 196 -> 167 us SR-16 at 16384 x
+    # 4096); where the K blocking runs, the extra lean copy of the encoder made the pass slower (BENCHMARKS.md,
+    # "Tried and dropped")
+    fast_div_m = along_k is None and sp.divides and ep.fast_division
+    lean_ok = sp.targets.size == 1 and ((qdiv(rk) and qdiv(rm)) or not sp.divides or fast_div_m)
     consts = dict(
         BM=bm, BK=bk, TR=tr, TC=tc, TWO_D=two_d, IN_KIND=in_kind.code, WORDS=words, ALONG_K=along_k is not None,
         ALONG_M=along_m is not None, RHT_K=rk, RHT_M=rm, OUT_F32=out_f32, APPLY_TS=apply_ts, INTERP=interp,
         SEED_PTR=seed_ptr, FAST_RAND=K % per_call == 0 and bk % per_call == 0, SRW=sr_bits, QDIV_K=qdiv(rk),
-        QDIV_M=qdiv(rm), LEAN_OK=lean_ok, ELEM=ep.cx, SCALE=sp.cx, DEC=element_decode_kind(fmt),
+        QDIV_M=qdiv(rm), LEAN_OK=lean_ok, FAST_DIV_M=fast_div_m, ELEM=ep.cx, SCALE=sp.cx,
+        DEC=element_decode_kind(fmt),
     )
     options = {} if interp else {"enable_fp_fusion": False, "num_warps": warps}
     tables = kernel_tables(ep, sp, dev)

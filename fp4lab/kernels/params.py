@@ -190,6 +190,16 @@ class ElementParams:
         cx = self.cx
         return cx.FBITS and ((cx.FB_CMAX + 1) >> cx.FB_M) == 2
 
+    @property
+    def fast_division(self) -> bool:
+        """Every grid level is 0 or at least 2^-16 in magnitude, so every scaled element below 2^-42 gets the code
+        that a zero of its sign gets, in every rounding mode (RTNE: below half the smallest level; SR: its
+        probability of rounding away from zero is below 2^-26, under the 24-bit resolution of the draws;
+        directed: only the sign counts). Dividing formats may then divide by ``tile.div_by_reciprocal``, which is
+        exact down to 2^-42 (the lean tiles of ``quantize.quantize_halves``)."""
+        mags = np.abs(self.levels[np.isfinite(self.levels) & (self.levels != 0)])
+        return bool(mags.size) and float(mags.min()) >= 2.0 ** -16
+
     def kernel_args(self, tables: DeviceTables) -> tuple:
         """The element arguments of the quantize and fake-quant kernels, in their order (the tuple ``etab``)."""
         return (tables.thr, tables.ctab, self.half, tables.levels, tables.ctab_signed, tables.inv_gaps,

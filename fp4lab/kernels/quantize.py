@@ -28,6 +28,7 @@ from fp4lab.kernels.tile import (
     bits_of,
     block_scale_codes,
     decode_scale,
+    div_by_reciprocal,
     element_policies,
     encode_det,
     encode_fbits_det,
@@ -199,18 +200,31 @@ def _reciprocal(S, ts, TWO_LEVEL: tl.constexpr):
 
 
 @triton.jit
-def _tile_is_plain(has_inf, has_nan, S, ts, SCALE: tl.constexpr):
+def _divisor(S, ts, SCALE: tl.constexpr):
+    """Per-block divisor of the elements of a dividing format: S, or S * ts for two-level formats."""
+    if SCALE.TWO_LEVEL:
+        return S * ts
+    else:
+        return S
+
+
+@triton.jit
+def _tile_is_plain(has_inf, has_nan, S, ts, amax, SCALE: tl.constexpr, FAST_DIV: tl.constexpr):
     """Scalar: True when every block of the tile has finite inputs and a normal finite scale whose element
     multiplier is finite (and, S_CRIT > 0, below S_CRIT: no decoded-range caps), so the lean encoding (no
-    NaN/zero-scale/0 * Inf corrections, no multiplier floor, no caps) gives the same bits."""
+    NaN/zero-scale/0 * Inf corrections, no multiplier floor, no caps) gives the same bits. FAST_DIV: also every
+    divisor d is in [2^-60, 2^100] with amax / d <= 2^100, where ``tile.div_by_reciprocal`` divides exactly."""
     S_CRIT: tl.constexpr = SCALE.S_CRIT
     eb = bits_of(S) & 0x7F800000
     bad = has_inf | has_nan | (eb == 0) | (eb == 0x7F800000)
+    if FAST_DIV:
+        d = _divisor(S, ts, SCALE)
+        bad = bad | (d < 2.0 ** -60) | (d > 2.0 ** 100) | (amax > d * 2.0 ** 100)
     if not (SCALE.ENCODE_ARITH or SCALE.DIVIDE_ELEMENTS or SCALE.DIV_POW2):
         bad = bad | ((bits_of(_reciprocal(S, ts, SCALE.TWO_LEVEL)) & 0x7F800000) == 0x7F800000)
     if S_CRIT > 0.0:
         if SCALE.TWO_LEVEL:
-            bad = bad | ((S >= S_CRIT) & (ts == 1.0))
+            bad = bad | tl.where(ts == 1.0, S >= S_CRIT, False)  # (the interpreter cannot & a 0-d bool into a tile)
         else:
             bad = bad | (S >= S_CRIT)
     return tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) == 0
@@ -316,12 +330,19 @@ def _block_scales(amax, zero, has_inf, has_nan, ts, g, target, inv_target, stab,
 
 @triton.jit
 def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
-                   LEAN: tl.constexpr, QDIV: tl.constexpr):
+                   LEAN: tl.constexpr, QDIV: tl.constexpr, FAST_DIV: tl.constexpr):
     """(even-half codes, odd-half codes) of the blocks with decoded scales S; LEAN as in _scale_elements (t is
     then never NaN, so the NaN element policy is left out too); SCALE.S_CRIT > 0: decoded-range caps (tensor
-    scale 1)."""
+    scale 1). FAST_DIV (host: a dividing format whose grid allows it, ``ElementParams.fast_division``): lean
+    tiles divide by the block's reciprocal with FMA corrections (``tile.div_by_reciprocal``; every divisor of a
+    lean tile is in its exact range, see _tile_is_plain)."""
     NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> ELEM.FB_M
-    if LEAN and QDIV and SCALE.DIVIDE_ELEMENTS and ELEM.FBITS and NB == 2 and not ELEM.SR:
+    if LEAN and FAST_DIV:
+        den = _divisor(S, ts, SCALE)
+        r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
+        te = div_by_reciprocal(eb, _expand(den, TWO_D), r)
+        to = div_by_reciprocal(ob, _expand(den, TWO_D), r)
+    elif LEAN and QDIV and SCALE.DIVIDE_ELEMENTS and ELEM.FBITS and NB == 2 and not ELEM.SR:
         # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
         # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
         # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
@@ -405,7 +426,8 @@ def tensor_scale(amax_t, ts_den, SCALE: tl.constexpr):
 @triton.jit
 def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.constexpr, TR: tl.constexpr,
                     TC: tl.constexpr, TWO_D: tl.constexpr, ELEM: tl.constexpr, SCALE: tl.constexpr,
-                    QDIV: tl.constexpr, LEAN_OK: tl.constexpr, floor, FLOOR_GIVEN: tl.constexpr):
+                    QDIV: tl.constexpr, LEAN_OK: tl.constexpr, floor, FLOOR_GIVEN: tl.constexpr,
+                    FAST_DIV: tl.constexpr):
     """Codes of a [BM, 2 * C2] tile held as even/odd halves xe, xo (SR comparands re, ro), with block scales
     (unless SCALE.CHOICE is NONE; tensor scale ts and encode scale g of two-level formats): (code_e, code_o
     [BM, C2], scale codes, decoded scales [blocks of the tile]); element-only formats return zero-sized scale
@@ -452,10 +474,12 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                                         SCALE)
         if BUMP:
             best_sc, best_S = _floor_scales(best_sc, best_S, amax, fcode, fval)
-        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, SCALE):
-            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, True, QDIV)
+        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, amax, SCALE, FAST_DIV):
+            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, True, QDIV,
+                                            FAST_DIV)
         else:
-            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
+            best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV,
+                                            False)
         if N_TG > 1:
             vals_ptr = etab[ETAB_VALUES]
             best_err = _sq_error(eb, ob, best_e, best_o, best_S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
@@ -464,7 +488,7 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                                       stab, SCALE)
                 if BUMP:
                     sc, S = _floor_scales(sc, S, amax, fcode, fval)
-                c_e, c_o = _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV)
+                c_e, c_o = _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV, False)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
                 take = err < best_err
                 best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
@@ -523,7 +547,8 @@ def _quantize_kernel(
         if (pid_m == 0) & (pid_k == 0):
             tl.store(ts_ptr, ts)
     code_e, code_o, best_sc, best_S = quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM, C2, TR, TC, TWO_D,
-                                                      ELEM, SCALE, QDIV, LEAN_OK, (0, 0.0), False)
+                                                      ELEM, SCALE, QDIV, LEAN_OK, (0, 0.0), False,
+                                                      False)
     if SCALE.CHOICE != CHOICE_NONE:
         saddr, smask = scale_tile(rows, rmask, M, K, INNER, BM, BK, TR, TC, TWO_D, INNER1)
         tl.store(sc_ptr + saddr, best_sc, mask=smask)
