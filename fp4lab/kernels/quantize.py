@@ -146,11 +146,7 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
     elif SCALE.DIV_POW2:
         t = xb * _expand(tl.div_rn(one, S), TWO_D)
     elif SCALE.DIVIDE_ELEMENTS:
-        if SCALE.TWO_LEVEL:
-            den = S * ts
-        else:
-            den = S
-        t = tl.div_rn(xb, tl.broadcast_to(_expand(den, TWO_D), xb.shape))
+        t = tl.div_rn(xb, tl.broadcast_to(_expand(_divisor(S, ts, SCALE), TWO_D), xb.shape))
     else:
         re = _expand(_reciprocal(S, ts, SCALE.TWO_LEVEL), TWO_D)
         if LEAN:
@@ -347,10 +343,7 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
         # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
         # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
         # nearly every tile (measured on the H200: slower than dividing), so they divide
-        if SCALE.TWO_LEVEL:
-            den = S * ts
-        else:
-            den = S
+        den = _divisor(S, ts, SCALE)
         r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
         te = eb * r
         to = ob * r
