@@ -318,7 +318,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     s = summarize(args.root, dest, window=args.window, baseline=args.baseline,
                   pairs=tuple(args.pair or [("ufp4", "e2m1-ref")]), plots=not args.no_plots,
                   code_version=args.code_version, window_steps=args.window_steps or None, delta=args.delta,
-                  alpha=args.alpha, planned_seeds=args.planned_seeds)
+                  alpha=args.alpha, planned_seeds=args.planned_seeds, crossing_levels=tuple(args.crossing or ()))
     print((Path(dest) / "summary.md").read_text(), end="")
     print(f"{len(s['runs'])} runs; files in {dest}")
     return 0
@@ -428,6 +428,10 @@ def parser() -> argparse.ArgumentParser:
                    "detectable column is the difference N seeds detect at the measured sd (default: the seeds found)")
     p.add_argument("--code-version", help="only the runs of this code version (runs of several versions are "
                    "otherwise an error)")
+    p.add_argument("--crossing", type=float, action="append", metavar="LEVEL",
+                   help="exploratory (repeatable): the step at which each run's training loss first reaches LEVEL "
+                   "nats, its delay against its bf16 run, and how much of the final gap the delay explains "
+                   "(crossings.csv, timing.csv)")
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("captures", help="RHT-induced SQNR change of captured operands and GEMM outputs (Fig. 12)",

@@ -527,6 +527,44 @@ def test_summarize_paired_statistics(tmp_path):
         summary.summarize(root, out, window=0)
 
 
+def test_summarize_loss_drop_timing(tmp_path):
+    """Crossing steps, delays against the bf16 run of the same seed, and the fit of the gap on the delay: a gap
+    that is exactly 0.5 points per 10 steps of delay gives r² 1 and slope 5 per 100 steps."""
+    root = tmp_path / "runs"
+    delays = {0: 10, 1: 30, 2: 60, 3: 20}  # steps (one evaluation every 10 steps)
+
+    def curve(drop_at, final):  # 5.0 before the drop, 1.5 after it, ``final`` over the last two evaluations
+        return [(5.0 if 10 * (i + 1) < drop_at else 1.5, 2.0) for i in range(18)] + [(final, 2.0)] * 2
+
+    for seed, d in delays.items():
+        _fake_run(root, "s", "bf16", seed, curve(50 + 10 * seed, 1.0))
+        _fake_run(root, "s", "ufp4", seed, curve(50 + 10 * seed + d, 1.0 + 0.0005 * d))
+    _fake_run(root, "s", "mxfp4", 0, [(5.0, 2.0)] * 18 + [(1.2, 2.0)] * 2)  # never reaches 1.5 before the window
+    s = summary.summarize(root, tmp_path / "out", plots=False, crossing_levels=(1.5, 1.2, 1.0))
+    rows = {(r["recipe"], r["seed"], r["level"]): r for r in s["crossings"]}
+    assert rows[("ufp4", 2, 1.5)]["step"] == 130 and rows[("ufp4", 2, 1.5)]["baseline_step"] == 70
+    assert rows[("ufp4", 2, 1.5)]["delay"] == 60 and rows[("ufp4", 2, 1.5)]["gap_train"] == pytest.approx(3.0)
+    assert rows[("mxfp4", 0, 1.5)]["step"] == 190 and rows[("mxfp4", 0, 1.5)]["delay"] == 140
+    assert rows[("ufp4", 1, 1.0)]["step"] is None and rows[("ufp4", 1, 1.0)]["delay"] is None
+    timing = {(t["level"], t["recipe"]): t for t in s["timing"]}
+    fit = timing[(1.5, "ufp4")]
+    assert fit["n"] == 4 and fit["never"] == 0
+    assert fit["r2"] == pytest.approx(1.0) and fit["slope"] == pytest.approx(5.0)
+    assert timing[(1.5, "(all)")]["n"] == 5
+    assert math.isnan(timing[(1.2, "ufp4")]["r2"])  # every run reaches 1.2 in the final window: no delay to fit
+    assert timing[(1.0, "ufp4")]["n"] == 0 and timing[(1.0, "ufp4")]["never"] == 4  # ufp4 ends above 1.0
+    assert [t["recipe"] for t in s["timing"]][:3] == ["(all)", "mxfp4", "ufp4"]  # level 1.5 first, (all) first
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "Loss-drop timing" in md and "| s | 1.5 | ufp4 | 4 | 0 | 1 | 5 |" in md
+    assert len(read_csv(tmp_path / "out" / "crossings.csv")) == 5 * 3
+    assert not (tmp_path / "plain").exists()
+    summary.summarize(root, tmp_path / "plain", plots=False)
+    assert not (tmp_path / "plain" / "timing.csv").exists()
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(InputError, match="crossing level"):
+            summary.summarize(root, tmp_path / "bad", plots=False, crossing_levels=(bad,))
+
+
 # ---- command line -----------------------------------------------------------------------------------------------
 
 
@@ -552,7 +590,8 @@ def test_cli(monkeypatch, tmp_path, corpus_dir, capsys):
     assert _cli(monkeypatch, "init", str(tmp_path / "study")) == 0
     assert _cli(monkeypatch, "study", str(tmp_path / "study" / "pilot.toml"), "--status", "--seeds", "0") == 0
     assert "0 of 5 runs done" in capsys.readouterr().out
-    assert _cli(monkeypatch, "summarize", str(tmp_path / "r"), "--no-plots") == 0
+    assert _cli(monkeypatch, "summarize", str(tmp_path / "r"), "--no-plots", "--crossing", "1.5") == 0
+    assert (tmp_path / "r" / "summary" / "timing.csv").is_file()
 
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
@@ -582,6 +621,7 @@ STUDY_TESTS = (("e1m2-rht-all", "e2m1-rht-wgrad"), ("e1m2-rht-all", "e1m2-rht-wg
 # the controls and exploratory contrasts, summarized apart (docs/study.md, "Tests, fixed in advance")
 STUDY_SECONDARY = (("mxfp4", "e2m1-rht-wgrad"), ("nvfp4", "e2m1-rht-wgrad"), ("ufp4-e4m3", "e1m2-rht-all"),
                    ("e1m2-rht-wgrad", "e2m1-rht-wgrad"))
+STUDY_CROSSINGS = (1.2, 1.1)  # the loss-drop timing diagnostic's levels (docs/results/study-secondary/README.md)
 
 
 def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
@@ -594,8 +634,9 @@ def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
                       planned_seeds=32)
     for name in ("runs.csv", "gaps.csv", "paired.csv", "repeats.csv"):
         assert (tmp_path / name).read_text() == (RESULTS / "study" / name).read_text(), name
-    summary.summarize("docs/results/study/packs", tmp_path / "secondary", pairs=STUDY_SECONDARY, plots=False)
-    for name in ("gaps.csv", "paired.csv"):
+    summary.summarize("docs/results/study/packs", tmp_path / "secondary", pairs=STUDY_SECONDARY, plots=False,
+                      crossing_levels=STUDY_CROSSINGS)
+    for name in ("gaps.csv", "paired.csv", "crossings.csv", "timing.csv"):
         assert (tmp_path / "secondary" / name).read_text() == (RESULTS / "study-secondary" / name).read_text(), name
     planned = {r.label: r for r in driver.load_plan("examples/study/plan.toml", out=tmp_path / "runs")}
     for where, rec in pack.load_packs("docs/results/study/packs"):

@@ -35,7 +35,9 @@ Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean train
 evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``,
 ``alpha.csv`` (per run, the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM),
 ``repeats.csv``, ``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with
-matplotlib, ``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``).
+matplotlib, ``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
+``crossings.csv`` and ``timing.csv`` (``fp4lab.study.crossings``: when each run reaches each loss level, and how
+much of the final gap that timing explains).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from statistics import NormalDist
 from typing import Any
 
 from fp4lab.errors import InputError
-from fp4lab.study import pack
+from fp4lab.study import crossings, pack
 from fp4lab.study.logs import last_step_rows, read_csv, write_csv, write_json, write_text
 
 METRICS: tuple[str, ...] = ("train", "heldout")
@@ -354,8 +356,10 @@ def _alpha_rows(run: RunLog) -> list[dict[str, Any]]:
 def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline: str = "bf16",
               pairs: tuple[tuple[str, ...], ...] = (("ufp4", "e2m1-ref"),), plots: bool = True,
               code_version: str | None = None, window_steps: int | None = 1000, delta: float = 0.3,
-              alpha: float = 0.05, planned_seeds: int | None = None) -> dict[str, Any]:
+              alpha: float = 0.05, planned_seeds: int | None = None,
+              crossing_levels: tuple[float, ...] = ()) -> dict[str, Any]:
     """Write the summary files of the runs under ``root`` into ``dest`` (module docstring); returns summary.json."""
+    levels = crossings.check_levels(tuple(crossing_levels))
     if planned_seeds is not None and planned_seeds < 2:
         raise InputError(f"summarize: planned_seeds = {planned_seeds}; it must be at least 2")
     if not 0 < window <= 1:
@@ -431,6 +435,11 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                "test_level": alpha, "planned_seeds": planned_seeds, "code_version": runs[0].code_version,
                "runs": run_rows, "gaps": gap_rows,
                "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
+    if levels:
+        summary["crossings"] = crossings.crossing_rows(runs, gap, levels, baseline)
+        summary["timing"] = crossings.timing_rows(summary["crossings"])
+        write_csv(out / "crossings.csv", crossings.CROSSING_COLUMNS, summary["crossings"])
+        write_csv(out / "timing.csv", crossings.TIMING_COLUMNS, summary["timing"])
     write_json(out / "summary.json", summary)
     write_text(out / "summary.md", markdown(summary))
     if plots:
@@ -481,6 +490,13 @@ def markdown(summary: dict[str, Any]) -> str:
                   "max abs diff |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['size']} | {r['recipe']} | {r['seed']} | {r['rows']} | {r['identical']} | "
                   f"{r['max_abs_diff']:.3g} |" for r in summary["repeats"]]
+    if summary.get("timing"):
+        lines += ["", "Loss-drop timing (exploratory, no test): per level, the runs' delay in reaching it against "
+                  "their bf16 run (steps), and how much of the final training gap it explains: r², and the slope "
+                  "in points per 100 steps of delay (`fp4lab.study.crossings`).", "",
+                  "| size | level | recipe | n | never reached | r² | slope |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {t['size']} | {t['level']:g} | {t['recipe']} | {t['n']} | {t['never']} | {_num(t['r2'])} | "
+                  f"{_num(t['slope'])} |" for t in summary["timing"]]
     if summary["notes"]:
         lines += ["", "Left out:", ""] + [f"- {n}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"
