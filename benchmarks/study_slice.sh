@@ -19,6 +19,9 @@
 # version"), not the checkout. Extra packages (pydantic, ...) go on PYTHONPATH, never into site-packages: the
 # python-packages corpus is that folder, and its fingerprint must be the same in every slice. Run folders
 # (checkpoints) go to a temporary folder and are not kept, so only runs finished inside the slice count as done.
+# MPS=1 starts a CUDA MPS control daemon for the slice (and quits it at the end), so that the runs' kernels share
+# the GPU at once instead of in turns; $OUT/mps.txt says whether it ran. The arithmetic is the same either way:
+# benchmarks/study_compare_packs.py checks a probe slice's losses against packed ones bit for bit.
 set -euo pipefail
 OUT=${OUT:?set OUT to the folder for the results}
 CODE=$(cd "${STUDY_CODE:-.}" && pwd)
@@ -27,6 +30,17 @@ NAME=${NAME:-slice}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$CODE${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 mkdir -p "$OUT"
+if [ -n "${MPS:-}" ]; then
+    CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
+    export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+        trap 'echo quit | nvidia-cuda-mps-control || true' EXIT
+        echo "on" > "$OUT/mps.txt"
+    else
+        echo "off: nvidia-cuda-mps-control -d failed" | tee "$OUT/mps.txt" >&2
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
+fi
 if [ -n "${DONE:-}" ]; then  # the packs, gzip-compressed ones unpacked (the study's frozen tree reads runs.jsonl)
     [ -d "$DONE" ] || { echo "DONE: $DONE is not a folder" >&2; exit 2; }
     PLAIN=$(mktemp -d)

@@ -997,8 +997,34 @@ def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
     said, packed = slice_("s1", MAX_RUNS="2")  # seed 0's two runs fit, seed 1's would make three
     assert "seeds 0, 2 processes" in said and packed == [("bf16", 0, "done"), ("ufp4", 0, "done")]
     assert "2 of 3 runs done" in (tmp_path / "out" / "s1" / "status.txt").read_text()
-    said, packed = slice_("s2", PROCS="1")
+    said, packed = slice_("s2", PROCS="1", MPS="1")  # MPS where the machine has it; the slice runs either way
     assert packed == [("bf16", 1, "done")]
+    mps = (tmp_path / "out" / "s2" / "mps.txt").read_text()
+    assert mps.startswith("off" if shutil.which("nvidia-cuda-mps-control") is None else "on"), mps
     said, packed = slice_("s3")
     assert "is done" in said and packed == []
     assert (tmp_path / "out" / "s3" / "status.txt").read_text().count("done (packed)") == 3
+
+
+def test_compare_packs_finds_any_changed_loss(tmp_path, capsys):
+    """benchmarks/study_compare_packs.py: a pack against itself has no differing row and speed ratio 1; a copy cut
+    short (a probe slice) is compared on its rows; one changed loss bit makes it fail."""
+    import gzip
+
+    script = runpy.run_path(str(RESULTS.parent.parent / "benchmarks" / "study_compare_packs.py"))
+    old = RESULTS / "study" / "packs" / "slice-03"
+    assert script["main"]([str(old), str(old), "--json", str(tmp_path / "same.json")]) == 0
+    same = json.loads((tmp_path / "same.json").read_text())
+    assert same["differ"] == 0 and len(same["runs"]) == 13 and all(r["ratio"] == 1.0 for r in same["runs"])
+    recs = [json.loads(line) for line in gzip.open(old / "runs.jsonl.gz", "rt")]
+    for r in recs:
+        r["status"], r["rows"] = "partial", r["rows"][:10]
+    x = recs[3]["rows"][7]
+    x["train_loss"] = float(np.nextafter(x["train_loss"], 10.0))
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rows = script["compare"](str(tmp_path / "probe"), str(old))
+    assert [r["differ"] for r in rows].count(1) == 1 and sum(r["differ"] for r in rows) == 1
+    assert all(r["rows"] == 10 and r["last_step"] == 500 for r in rows)
+    assert script["main"]([str(tmp_path / "probe"), str(old)]) == 1
+    assert "1 rows differ" in capsys.readouterr().out
