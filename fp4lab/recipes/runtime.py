@@ -42,27 +42,28 @@ _RECIPES: dict[str, Recipe] = {}
 _SHARDS: dict[str, Any] = {}
 
 
-def register_recipe(recipe: Recipe) -> str:
-    """The key of ``recipe`` in this process (its name, made safe, and a digest of its TOML text), registered."""
-    text = recipe_to_toml(recipe)
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", recipe.name)[:40]
-    key = f"{safe}@{hashlib.blake2b(text.encode('utf-8'), digest_size=8).hexdigest()}"
-    _RECIPES.setdefault(key, recipe)
+def _register(table: dict[str, Any], name: str, toml_text: str, obj: Any) -> str:
+    """``obj``'s key in ``table``: its name made safe, ``@``, and a digest of its TOML text (so two objects of one
+    name but different contents get different keys); the first object of a key is the one kept."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:40]
+    key = f"{safe}@{hashlib.blake2b(toml_text.encode('utf-8'), digest_size=8).hexdigest()}"
+    table.setdefault(key, obj)
     return key
+
+
+def register_recipe(recipe: Recipe) -> str:
+    """The key of ``recipe`` in this process (``_register``), registered."""
+    return _register(_RECIPES, recipe.name, recipe_to_toml(recipe), recipe)
 
 
 _FORMATS: dict[str, Any] = {}
 
 
 def register_format(fmt: Any) -> str:
-    """The key of a ``QuantFormat`` in this process (its name, made safe, and a digest of its spec), registered."""
+    """The key of a ``QuantFormat`` in this process (``_register`` over its spec), registered."""
     from fp4lab.formats.spec_io import model_to_toml
 
-    text = model_to_toml(fmt)
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", fmt.name)[:40]
-    key = f"{safe}@{hashlib.blake2b(text.encode('utf-8'), digest_size=8).hexdigest()}"
-    _FORMATS.setdefault(key, fmt)
-    return key
+    return _register(_FORMATS, fmt.name, model_to_toml(fmt), fmt)
 
 
 def registered_format(key: str) -> Any:
