@@ -1006,6 +1006,37 @@ def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
     assert (tmp_path / "out" / "s3" / "status.txt").read_text().count("done (packed)") == 3
 
 
+@pytest.mark.subprocess
+def test_slices_script_runs_slices_back_to_back_within_its_budget(corpus_dir, tmp_path):
+    """benchmarks/study_slices.sh: slices one after another, each skipping what the earlier ones packed, until
+    nothing is left; none when the budget cannot hold one."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    code = tmp_path / "code"
+    for part in ("fp4lab", "examples"):
+        shutil.copytree(root / part, code / part, ignore=shutil.ignore_patterns("__pycache__"))
+    plan = _plan(code / "examples", corpus_dir, recipes=("bf16",))  # 3 runs: bf16 seeds 0-1, ufp4 seed 0
+    env = {**os.environ, "STUDY_CODE": str(code), "PLAN": str(plan.relative_to(code)), "MAX_RUNS": "2"}
+    env.pop("PYTHONPATH", None)
+    script = str(root / "benchmarks" / "study_slices.sh")
+    done = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "out"), "BUDGET_MINUTES": "20"},
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    packed = {name: sorted((json.loads(line)["recipe"], json.loads(line)["seed"])
+                           for line in (tmp_path / "out" / name / "runs.jsonl").read_text().splitlines())
+              for name in ("slice-1", "slice-2")}
+    assert packed == {"slice-1": [("bf16", 0), ("ufp4", 0)], "slice-2": [("bf16", 1)]}
+    said = (tmp_path / "out" / "slices.txt").read_text().splitlines()
+    assert said[0].startswith("slice 1: ") and said[2].startswith("slice 3: nothing left")
+    assert not (tmp_path / "out" / "slice-3").exists()
+    done = subprocess.run(["bash", script], env={**env, "OUT": str(tmp_path / "none"), "BUDGET_MINUTES": "0.5"},
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0 and "not enough for another" in done.stdout
+    assert not (tmp_path / "none" / "slice-1").exists()
+
+
 def test_compare_packs_finds_any_changed_loss(tmp_path, capsys):
     """benchmarks/study_compare_packs.py: a pack against itself has no differing row and speed ratio 1; a copy cut
     short (a probe slice) is compared on its rows; one changed loss bit makes it fail."""
