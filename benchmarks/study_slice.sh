@@ -33,12 +33,17 @@ mkdir -p "$OUT"
 if [ -n "${MPS:-}" ]; then
     CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
     export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    if nvidia-cuda-mps-control -d; then
-        trap 'echo quit | nvidia-cuda-mps-control || true' EXIT
-        echo "on" > "$OUT/mps.txt"
-    else
+    if ! nvidia-cuda-mps-control -d; then
         echo "off: nvidia-cuda-mps-control -d failed" | tee "$OUT/mps.txt" >&2
         unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    elif ! timeout 120 "$PY" -c "import torch; torch.ones(1, device='cuda').add_(1).cpu()"; then
+        # a client that cannot reach the daemon's server would fail (or hang) every run of the slice
+        echo quit | nvidia-cuda-mps-control || true
+        echo "off: a CUDA client failed under the MPS daemon" | tee "$OUT/mps.txt" >&2
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    else
+        trap 'echo quit | nvidia-cuda-mps-control || true' EXIT
+        echo "on" > "$OUT/mps.txt"
     fi
 fi
 if [ -n "${DONE:-}" ]; then  # the packs, gzip-compressed ones unpacked (the study's frozen tree reads runs.jsonl)
