@@ -48,11 +48,12 @@ import torch
 
 from fp4lab.errors import Fp4labError, InputError
 from fp4lab.recipes import BUILTIN_RECIPES, get_recipe
+from fp4lab.study.config import MAX_SEED, TrainConfig
 from fp4lab.study.data import PYTHON_PACKAGES, Corpus, load_corpus
 from fp4lab.study.distributed import any_rank
 from fp4lab.study.logs import write_json
 from fp4lab.study.runfolder import check_label
-from fp4lab.study.train import MAX_SEED, DivergedError, TrainConfig, run_status, train
+from fp4lab.study.train import DivergedError, run_status, train
 
 PLAN_KEYS = frozenset({"out", "train", "sizes", "runs"})
 GROUP_KEYS = frozenset({"sizes", "recipes", "seeds", "train", "label", "repeat"})

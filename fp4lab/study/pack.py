@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from fp4lab.errors import InputError, OutputError
+from fp4lab.study.config import RUNTIME_FIELDS
 from fp4lab.study.logs import finite_json, last_step_rows, read_csv, write_text
 from fp4lab.study.runfolder import code_version
-from fp4lab.study.train import RUNTIME_FIELDS, run_status
+from fp4lab.study.train import run_status
 
 RUNS = "runs.jsonl"
 RUNS_GZ = RUNS + ".gz"
