@@ -338,7 +338,7 @@ def _edge_tile(bits: int, seed: int, rows: int = 16, cols: int = 128) -> np.ndar
 
 @pytest.mark.parametrize("bits", WIDTHS)
 def test_triton_quantize_sr_encoder_edges(bits):
-    """The bit-arithmetic SR encoder (``tile.encode_fbits_sr``) on the inputs where its binade-0 rule must follow
+    """The bit-arithmetic SR encoder (``encoding.encode_fbits_sr``) on the inputs where its binade-0 rule must follow
     the reference's rounding of p = fl(1 - x): every code equals the reference's, and the inputs do reach the
     case (elements whose exact-arithmetic code differs from the reference's)."""
     fmt = fp4lab.get_format("mxfp4")

@@ -11,8 +11,10 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.codes import CHOICE_NONE, DECODE_TABLE, KIND_BF16
+from fp4lab.kernels.encoding import decode_elements, decode_scale
+from fp4lab.kernels.hadamard import rht_pairs
 from fp4lab.kernels.quantize import _blocks, _expand
-from fp4lab.kernels.tile import bits_of, decode_elements, decode_scale, pair_tile, rht_pairs, scale_tile
+from fp4lab.kernels.tile import bits_of, pair_tile, scale_tile
 
 
 @triton.jit

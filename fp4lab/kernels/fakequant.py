@@ -26,18 +26,11 @@ import triton.language as tl
 
 from fp4lab.kernels.codes import CHOICE_NONE, ETAB_VALUES
 from fp4lab.kernels.dequantize import bf16_bits_rtne
+from fp4lab.kernels.encoding import decode_elements
+from fp4lab.kernels.hadamard import rht_pairs, rht_row_pairs
 from fp4lab.kernels.quantize import _blocks, _expand, multiplier_floor, quantize_halves, tensor_scale
-from fp4lab.kernels.tile import (
-    bits_of,
-    decode_elements,
-    f32_of,
-    is_finite,
-    load_f32,
-    pair_tile,
-    philox_pairs,
-    rht_pairs,
-    rht_row_pairs,
-)
+from fp4lab.kernels.sr_draws import philox_pairs
+from fp4lab.kernels.tile import bits_of, f32_of, is_finite, load_f32, pair_tile
 
 
 @triton.jit

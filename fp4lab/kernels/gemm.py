@@ -22,7 +22,8 @@ import triton
 import triton.language as tl
 
 from fp4lab.kernels.codes import CHOICE_NONE, DECODE_TABLE, KIND_BF16
-from fp4lab.kernels.tile import decode_elements, decode_scale, grouped_tile
+from fp4lab.kernels.encoding import decode_elements, decode_scale
+from fp4lab.kernels.tile import grouped_tile
 
 
 @triton.jit

@@ -10,7 +10,7 @@ Element rounding (deterministic modes), the constexpr ``ELEM.ENCODER`` (``plan.E
 * MAGNITUDE: ``m = count(|t| >= mthr)``, code ``ctab[m + signbit(t) * (z + 1)]``, z the index of level 0;
 * SIGN_MAGNITUDE: ``code = m | signbit(t) * sign_or``, no table lookup.
 
-``ElementCx.FBITS`` selects the bit-arithmetic encoders of ExMy grids for rtne and sr (``tile.encode_fbits_det`` /
+``ElementCx.FBITS`` selects the bit-arithmetic encoders of ExMy grids for rtne and sr (``encoding.encode_fbits_det`` /
 ``encode_fbits_sr``, whose numpy twins in ``fp4lab.numerics.fbits`` were checked against the reference encoder).
 Stochastic rounding always uses the signed levels (``p = (t - lo) / (hi - lo)`` is not sign-symmetric in fp32).
 
@@ -70,7 +70,7 @@ def _pow2_ok(n: int) -> bool:
 
 
 def _bit_length(a: np.ndarray) -> int:
-    """Bit length of a table's entry count: the unrolled-compare / bisection choice of ``tile.count_tab``."""
+    """Bit length of a table's entry count: the unrolled-compare / bisection choice of ``encoding.count_tab``."""
     return int(a.size).bit_length()
 
 

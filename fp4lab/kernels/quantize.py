@@ -5,7 +5,7 @@ The kernel sees a tensor as a logical [M, K] matrix whose K axis is the blocked 
 (r, k) lives at flat index ``(r // INNER) * K * INNER + k * INNER + r % INNER`` of the C-contiguous input
 (``INNER`` = product of the axes after the blocked one; 1 for the last axis and for 2-D tiles). The flat index
 also feeds the SR contract: element i uses word i % 4 of ``tl.randint4x(seed, i // 4)`` >> 8. Arithmetic follows
-``fp4lab.numerics.ref_quantize`` step by step (see tile.py for the bit-exactness rules).
+``fp4lab.numerics.ref_quantize`` step by step (``tile``'s docstring states the bit-exactness rules).
 """
 
 from __future__ import annotations
@@ -23,27 +23,28 @@ from fp4lab.kernels.codes import (
     KIND_POW2,
     ROUND_CEIL,
 )
-from fp4lab.kernels.tile import (
-    FLT_MAX,
-    bits_of,
+from fp4lab.kernels.encoding import (
     block_scale_codes,
     decode_scale,
-    div_by_reciprocal,
     element_policies,
     encode_det,
     encode_fbits_det,
     encode_fbits_sr,
     encode_float_scale,
     encode_sr,
+    pow2_exponent,
+)
+from fp4lab.kernels.hadamard import rht_pairs, rht_tile
+from fp4lab.kernels.sr_draws import philox_pairs
+from fp4lab.kernels.tile import (
+    FLT_MAX,
+    bits_of,
+    div_by_reciprocal,
     f32_of,
     is_finite,
     load_f32,
     load_tile,
     pair_tile,
-    philox_pairs,
-    pow2_exponent,
-    rht_pairs,
-    rht_tile,
     scale_tile,
 )
 
@@ -115,7 +116,7 @@ def _bsum_ordered(sqe, sqo, TR: tl.constexpr, TH: tl.constexpr, TWO_D: tl.conste
 
 @triton.jit
 def _encode(t, rnd, etab, ELEM: tl.constexpr, NAN_T: tl.constexpr):
-    """Element codes of fp32 ``t`` (SR draws ``rnd`` from ``tile.philox_pairs``: int32 comparands, or fp32 v for
+    """Element codes of fp32 ``t`` (SR draws ``rnd`` from ``sr_draws.philox_pairs``: int32 comparands, or fp32 v for
     the bit-arithmetic encoder) with the element tables ``etab`` (see ``_quantize_kernel``) and the element
     policies; NAN_T: t may be NaN."""
     thr_ptr, ctab_ptr, half, lvl_ptr, sctab_ptr, igap_ptr, _vals, nan_code, ovf_thr, ovf_nan, inf_pos, inf_neg = etab

@@ -1,7 +1,7 @@
 """Triton randomized Hadamard transform along one axis, bit-identical to ``fp4lab.numerics.rht``.
 
 Forward ``c * FWHT(s * v)``, inverse ``s * (c * FWHT(v))`` on consecutive ``size``-element chunks, with the fp32
-butterfly stages h = 1, 2, ..., size/2 done in registers (``tile.fwht``) and c = fp32(1/sqrt(size)).
+butterfly stages h = 1, 2, ..., size/2 done in registers (``hadamard.fwht``) and c = fp32(1/sqrt(size)).
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fp4lab.kernels.tile import load_tile, rht_tile
+from fp4lab.kernels.hadamard import rht_tile
+from fp4lab.kernels.tile import load_tile
 
 
 @triton.jit

@@ -1,5 +1,5 @@
-"""Bit-arithmetic encoders of ExMy float grids: the numpy twins of the Triton kernels' ``tile.encode_fbits_det``
-and ``tile.encode_fbits_sr``, and the check that qualifies a grid for them.
+"""Bit-arithmetic encoders of ExMy float grids: the numpy twins of the Triton kernels' ``encoding.encode_fbits_det``
+and ``encoding.encode_fbits_sr``, and the check that qualifies a grid for them.
 
 The kernels round onto a float grid (signed, subnormals, no specials, sign-magnitude codes) with a few integer
 and float operations instead of threshold tables. These functions compute the same codes the same way in numpy,
@@ -58,7 +58,7 @@ def _floor_sum(a: np.ndarray, b: float, c: np.ndarray) -> np.ndarray:
 
 def fbits_sr(t: np.ndarray, rand24: np.ndarray, m: int, emin: int, cmax: int) -> np.ndarray:
     """Magnitude code of SR(t) on an ExMy grid for 24-bit comparands ``rand24`` (any width's: see ``sr_v``), as
-    the kernels' ``tile.encode_fbits_sr`` computes it with FMAs rounded toward -inf.
+    the kernels' ``encoding.encode_fbits_sr`` computes it with FMAs rounded toward -inf.
 
     In code space the grid is the concave function C(a) = min_j (a * s_j + o_j) over the binades j (s_j =
     2^(m - emin - j), o_j = j * 2^m). With v = ``sr_v(rand24)``, the reference's rule ``up iff floor(p * 2^24) >
