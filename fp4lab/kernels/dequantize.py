@@ -13,8 +13,7 @@ import triton.language as tl
 from fp4lab.kernels.codes import CHOICE_NONE, DECODE_TABLE, KIND_BF16
 from fp4lab.kernels.encoding import decode_elements, decode_scale
 from fp4lab.kernels.hadamard import rht_pairs
-from fp4lab.kernels.quantize import _blocks, _expand
-from fp4lab.kernels.tile import bits_of, pair_tile, scale_tile
+from fp4lab.kernels.tile import bits_of, blocks_of, expand_blocks, pair_tile, scale_tile
 
 
 @triton.jit
@@ -89,8 +88,8 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
                     S = S * ts
                     special = special | tl.max(tl.max(((bits_of(S) & 0x7F800000) == 0x7F800000).to(tl.int32),
                                                       axis=1), axis=0)
-            ve = tl.reshape(_blocks(ve, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
-            vo = tl.reshape(_blocks(vo, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
+            ve = tl.reshape(blocks_of(ve, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
+            vo = tl.reshape(blocks_of(vo, BM, C2, 1, TC // 2, False) * S[:, :, None], [BM, C2])
             if TWO_LEVEL and not TS_FIRST:
                 ve = ve * ts
                 vo = vo * ts
@@ -131,9 +130,9 @@ def _dequantize_kernel(codes_ptr, sc_ptr, ts_ptr, out_ptr, out16_ptr, vals_ptr, 
             ts = tl.load(ts_ptr)
             if TS_FIRST:  # value * (S * ts)
                 S = S * ts
-        S = _expand(S, TWO_D)
-        ve = tl.reshape(_blocks(ve, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
-        vo = tl.reshape(_blocks(vo, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
+        S = expand_blocks(S, TWO_D)
+        ve = tl.reshape(blocks_of(ve, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
+        vo = tl.reshape(blocks_of(vo, BM, C2, TR, TC // 2, TWO_D) * S, [BM, C2])
         if TWO_LEVEL and not TS_FIRST:
             ve = ve * ts
             vo = vo * ts

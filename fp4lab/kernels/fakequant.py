@@ -28,9 +28,9 @@ from fp4lab.kernels.codes import CHOICE_NONE, ETAB_VALUES
 from fp4lab.kernels.dequantize import bf16_bits_rtne
 from fp4lab.kernels.encoding import decode_elements
 from fp4lab.kernels.hadamard import rht_pairs, rht_row_pairs
-from fp4lab.kernels.quantize import _blocks, _expand, multiplier_floor, quantize_halves, tensor_scale
+from fp4lab.kernels.quantize import multiplier_floor, quantize_halves, tensor_scale
 from fp4lab.kernels.sr_draws import philox_pairs
-from fp4lab.kernels.tile import bits_of, f32_of, is_finite, load_f32, pair_tile
+from fp4lab.kernels.tile import bits_of, blocks_of, expand_blocks, f32_of, is_finite, load_f32, pair_tile
 
 
 @triton.jit
@@ -43,9 +43,9 @@ def _values(code_e, code_o, S, ts, vals_ptr, R: tl.constexpr, C2: tl.constexpr, 
     if SCALE.CHOICE != CHOICE_NONE:
         if APPLY_TS and SCALE.TS_FIRST:
             S = S * ts
-        Sx = _expand(S, TWO_D)
-        ve = tl.reshape(_blocks(ve, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
-        vo = tl.reshape(_blocks(vo, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
+        Sx = expand_blocks(S, TWO_D)
+        ve = tl.reshape(blocks_of(ve, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
+        vo = tl.reshape(blocks_of(vo, R, C2, TR, TC // 2, TWO_D) * Sx, [R, C2])
         if APPLY_TS and not SCALE.TS_FIRST:
             ve = ve * ts
             vo = vo * ts

@@ -39,7 +39,9 @@ from fp4lab.kernels.sr_draws import philox_pairs
 from fp4lab.kernels.tile import (
     FLT_MAX,
     bits_of,
+    blocks_of,
     div_by_reciprocal,
+    expand_blocks,
     f32_of,
     is_finite,
     load_f32,
@@ -47,14 +49,6 @@ from fp4lab.kernels.tile import (
     pair_tile,
     scale_tile,
 )
-
-
-@triton.jit
-def _blocks(v, BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr):
-    if TWO_D:
-        return tl.reshape(v, [BM // TR, TR, BK // TC, TC])
-    else:
-        return tl.reshape(v, [BM, BK // TC, TC])
 
 
 @triton.jit
@@ -77,14 +71,6 @@ def _bmax_nan(vb, TWO_D: tl.constexpr):
         return tl.reduce(tl.reduce(vb, 3, _max_nan), 1, _max_nan)
     else:
         return tl.reduce(vb, 2, _max_nan)
-
-
-@triton.jit
-def _expand(s, TWO_D: tl.constexpr):
-    if TWO_D:
-        return s[:, None, :, None]
-    else:
-        return s[:, :, None]
 
 
 @triton.jit
@@ -143,19 +129,19 @@ def _scale_elements(xb, S, ts, TWO_D: tl.constexpr, SCALE: tl.constexpr, LEAN: t
             r = tl.minimum(tl.div_rn(one, S * ts), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
         else:
             r = tl.minimum(tl.div_rn(one, S), FLT_MAX, propagate_nan=tl.PropagateNan.ALL)
-        t = xb * _expand(r, TWO_D)
+        t = xb * expand_blocks(r, TWO_D)
     elif SCALE.DIV_POW2:
-        t = xb * _expand(tl.div_rn(one, S), TWO_D)
+        t = xb * expand_blocks(tl.div_rn(one, S), TWO_D)
     elif SCALE.DIVIDE_ELEMENTS:
-        t = tl.div_rn(xb, tl.broadcast_to(_expand(_divisor(S, ts, SCALE), TWO_D), xb.shape))
+        t = tl.div_rn(xb, tl.broadcast_to(expand_blocks(_divisor(S, ts, SCALE), TWO_D), xb.shape))
     else:
-        re = _expand(_reciprocal(S, ts, SCALE.TWO_LEVEL), TWO_D)
+        re = expand_blocks(_reciprocal(S, ts, SCALE.TWO_LEVEL), TWO_D)
         if LEAN:
             t = xb * re
         else:
             t = tl.where((xb == 0.0) & (tl.abs(re) == float("inf")), xb, xb * re)  # 0 * inf (1/S overflowed) stays 0
     if not (SCALE.ENCODE_ARITH or LEAN):
-        t = tl.where(_expand(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
+        t = tl.where(expand_blocks(S == 0.0, TWO_D) & (xb == xb), f32_of(bits_of(xb) & -2147483648), t)
     return t
 
 
@@ -164,7 +150,7 @@ def _nonzero_quotients(t, xb, S, TWO_D: tl.constexpr):
     """rtp / rtm: t, where a non-zero x of a block with a non-zero scale scaled to +-0 (underflow), +-2^-149 with
     x's sign (see ref_quantize.nonzero_quotients)."""
     tiny = f32_of((bits_of(xb) & -2147483648) | 1)
-    return tl.where((t == 0.0) & (xb != 0.0) & _expand(S != 0.0, TWO_D), tiny, t)
+    return tl.where((t == 0.0) & (xb != 0.0) & expand_blocks(S != 0.0, TWO_D), tiny, t)
 
 
 @triton.jit
@@ -336,29 +322,29 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
     NB: tl.constexpr = (ELEM.FB_CMAX + 1) >> ELEM.FB_M
     if LEAN and FAST_DIV:
         den = _divisor(S, ts, SCALE)
-        r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
-        te = div_by_reciprocal(eb, _expand(den, TWO_D), r)
-        to = div_by_reciprocal(ob, _expand(den, TWO_D), r)
+        r = expand_blocks(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
+        te = div_by_reciprocal(eb, expand_blocks(den, TWO_D), r)
+        to = div_by_reciprocal(ob, expand_blocks(den, TWO_D), r)
     elif LEAN and QDIV and SCALE.DIVIDE_ELEMENTS and ELEM.FBITS and NB == 2 and not ELEM.SR:
         # uniform grid, RTNE: x * fl(1/den) is within 3 ulps of fl(x / den), so both round to the same grid point
         # unless one lies within 4 ulps of a rounding boundary; only tiles with such an element divide exactly.
         # QDIV (host): fp32 inputs or RHT-rotated values; raw bf16 inputs hit exact ties x / den == boundary in
         # nearly every tile (measured on the H200: slower than dividing), so they divide
         den = _divisor(S, ts, SCALE)
-        r = _expand(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
+        r = expand_blocks(tl.div_rn(tl.full(S.shape, 1.0, tl.float32), den), TWO_D)
         te = eb * r
         to = ob * r
         if _near_boundary(te, to, ELEM):
-            te = tl.div_rn(eb, tl.broadcast_to(_expand(den, TWO_D), eb.shape))
-            to = tl.div_rn(ob, tl.broadcast_to(_expand(den, TWO_D), ob.shape))
+            te = tl.div_rn(eb, tl.broadcast_to(expand_blocks(den, TWO_D), eb.shape))
+            to = tl.div_rn(ob, tl.broadcast_to(expand_blocks(den, TWO_D), ob.shape))
     else:
         te = _scale_elements(eb, S, ts, TWO_D, SCALE, LEAN)
         to = _scale_elements(ob, S, ts, TWO_D, SCALE, LEAN)
         if SCALE.S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
             lvl_ptr = etab[ETAB_LEVELS]
             lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
-            te = _cap(te, _expand(lo, TWO_D), _expand(hi, TWO_D))
-            to = _cap(to, _expand(lo, TWO_D), _expand(hi, TWO_D))
+            te = _cap(te, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
+            to = _cap(to, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
     if ELEM.DIRECTED:
         te = _nonzero_quotients(te, eb, S, TWO_D)
         to = _nonzero_quotients(to, ob, S, TWO_D)
@@ -374,8 +360,8 @@ def _sq_error(eb, ob, ce, co, S, ts, vals_ptr, TR: tl.constexpr, TH: tl.constexp
     its square (select_by "sae"); SCALE.TS_FIRST: value * (S * ts) (dequantize_order "scale_product_first")."""
     if SCALE.TS_FIRST:
         S = S * ts
-    de = tl.load(vals_ptr + ce) * _expand(S, TWO_D)
-    do = tl.load(vals_ptr + co) * _expand(S, TWO_D)
+    de = tl.load(vals_ptr + ce) * expand_blocks(S, TWO_D)
+    do = tl.load(vals_ptr + co) * expand_blocks(S, TWO_D)
     if SCALE.TWO_LEVEL and not SCALE.TS_FIRST:
         de = de * ts
         do = do * ts
@@ -445,10 +431,10 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                 fcode, fval = floor
             else:
                 fcode, fval = multiplier_floor(ts, svals_ptr, SCALE)
-        eb = _blocks(xe, BM, C2, TR, TH, TWO_D)
-        ob = _blocks(xo, BM, C2, TR, TH, TWO_D)
-        reb = _blocks(re, BM, C2, TR, TH, TWO_D)
-        rob = _blocks(ro, BM, C2, TR, TH, TWO_D)
+        eb = blocks_of(xe, BM, C2, TR, TH, TWO_D)
+        ob = blocks_of(xo, BM, C2, TR, TH, TWO_D)
+        reb = blocks_of(re, BM, C2, TR, TH, TWO_D)
+        rob = blocks_of(ro, BM, C2, TR, TH, TWO_D)
         # block amax (finite values), has_nan, has_inf; the even and odd halves merged elementwise first
         if SCALE.NAN_PROP:
             # a block with Inf/NaN gets the inf/nan scale code whatever its finite amax: one NaN-propagating float
@@ -485,8 +471,8 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
                 c_e, c_o = _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D, ELEM, SCALE, False, QDIV, False)
                 err = _sq_error(eb, ob, c_e, c_o, S, ts, vals_ptr, TR, TH, TWO_D, SCALE)
                 take = err < best_err
-                best_e = tl.where(_expand(take, TWO_D), c_e, best_e)
-                best_o = tl.where(_expand(take, TWO_D), c_o, best_o)
+                best_e = tl.where(expand_blocks(take, TWO_D), c_e, best_e)
+                best_o = tl.where(expand_blocks(take, TWO_D), c_o, best_o)
                 best_sc = tl.where(take, sc, best_sc)
                 best_S = tl.where(take, S, best_S)
                 best_err = tl.where(take, err, best_err)

@@ -1,4 +1,5 @@
-"""Triton device helpers shared by the kernels: tile indices and loads, bit views, exact fp32 arithmetic.
+"""Triton device helpers shared by the kernels: tile indices and loads, block views, bit views, exact fp32
+arithmetic.
 
 The element and scale encoders are in ``encoding``, the Hadamard butterflies in ``hadamard``, the stochastic-
 rounding draws in ``sr_draws``. The bit-exactness rules hold for all of them:
@@ -170,3 +171,22 @@ def load_tile(x_ptr, M, K, INNER, BM: tl.constexpr, BK: tl.constexpr, IN_KIND: t
     addr = view_offsets(rows, cols, K, INNER, INNER1)
     mask = (rows < M)[:, None] & (cols < K)[None, :]
     return load_f32(x_ptr, addr, mask, IN_KIND), cols, addr, mask
+
+
+@triton.jit
+def blocks_of(v, BM: tl.constexpr, BK: tl.constexpr, TR: tl.constexpr, TC: tl.constexpr, TWO_D: tl.constexpr):
+    """Tile v [BM, BK] seen as its blocks: [BM // TR, TR, BK // TC, TC] for TR x TC tiles (TWO_D), else
+    [BM, BK // TC, TC] for 1 x TC blocks along the columns."""
+    if TWO_D:
+        return tl.reshape(v, [BM // TR, TR, BK // TC, TC])
+    else:
+        return tl.reshape(v, [BM, BK // TC, TC])
+
+
+@triton.jit
+def expand_blocks(s, TWO_D: tl.constexpr):
+    """Per-block values s ([BM // TR, BK // TC] or [BM, BK // TC]) with unit axes, to broadcast over ``blocks_of``."""
+    if TWO_D:
+        return s[:, None, :, None]
+    else:
+        return s[:, :, None]
