@@ -21,7 +21,7 @@ from fp4lab.analysis import metrics, tensors_io  # noqa: E402
 from fp4lab.errors import InputError, OutputError  # noqa: E402
 from fp4lab.numerics.fakequant import fake_quantize_reference  # noqa: E402
 from fp4lab.recipes import QuantLinear, get_recipe, recipe_to_toml  # noqa: E402
-from fp4lab.study import data, diagnostics, driver, summary  # noqa: E402
+from fp4lab.study import data, diagnostics, driver, stats, summary  # noqa: E402
 from fp4lab.study import train as train_mod  # noqa: E402
 from fp4lab.study.defaults import RECIPES, study_files, write_study  # noqa: E402
 from fp4lab.study.logs import METRIC_COLUMNS, read_csv  # noqa: E402
@@ -492,7 +492,7 @@ def test_summarize_paired_statistics(tmp_path):
     _fake_run(root, "s", "nvfp4", 0, [(2.0, 2.0)] * 5, done=False)  # unfinished
     s = summary.summarize(root, tmp_path / "out", window=0.1)
     gaps = {(g["recipe"], g["metric"]): g for g in s["gaps"]}
-    m, se, n = summary.mean_se(list(g_u.values()))
+    m, se, n = stats.mean_se(list(g_u.values()))
     assert gaps[("ufp4", "train")]["n"] == 3 and gaps[("ufp4", "train")]["mean"] == pytest.approx(m)
     assert gaps[("ufp4", "train")]["se"] == pytest.approx(se)
     assert gaps[("ufp4", "heldout")]["mean"] == pytest.approx(2 * m)
@@ -503,7 +503,7 @@ def test_summarize_paired_statistics(tmp_path):
     assert p_train["a"] == "ufp4" and p_train["b"] == "e2m1-ref" and p_train["n"] == 3
     assert p_train["mean"] == pytest.approx(want) and p_train["se"] == pytest.approx(want_se)
     assert p_train["ci_low"] == pytest.approx(want - 4.302653 * want_se, rel=1e-5)  # t(0.975, 2) = 4.302653
-    assert p_train["p"] == pytest.approx(summary.t_two_sided_p(want / want_se, 2))
+    assert p_train["p"] == pytest.approx(stats.t_two_sided_p(want / want_se, 2))
     assert p_train["p_holm"] == pytest.approx(p_train["p"])  # one training-loss row: Holm changes nothing
     (p_held,) = [p for p in s["paired"] if p["metric"] == "heldout"]
     assert math.isnan(p_held["p_holm"])
@@ -518,7 +518,7 @@ def test_summarize_paired_statistics(tmp_path):
     plots.gap_vs_size(s["gaps"] + [{**g, "size": "tiny2", "params": 2 * g["params"]} for g in s["gaps"]],
                       out / "gap_vs_size.png")
     assert (out / "gap_vs_size.png").stat().st_size > 1000
-    assert p_train["detectable"] == summary.detectable_difference(p_train["sd"], 3)  # n seeds by default
+    assert p_train["detectable"] == stats.detectable_difference(p_train["sd"], 3)  # n seeds by default
     runs = read_csv(out / "runs.csv")
     assert len(runs) == 3 * 3 + 3 and {r["status"] for r in runs} == {"done", "partial"}
     assert "ufp4 − e2m1-ref" in (out / "summary.md").read_text()
@@ -907,17 +907,17 @@ def test_final_window_is_the_papers():
 def test_seeds_needed_matches_the_exact_paired_t_test():
     """Exact sample sizes of the two-sided paired t-test at 80% power (noncentral t; e.g. G*Power): effect
     size 1 -> 10 pairs, 0.5 -> 34, 0.25 -> 128 at level 0.05."""
-    assert summary.seeds_needed(0.3, 0.3) == 10
-    assert summary.seeds_needed(0.6, 0.3) == 34
-    assert summary.seeds_needed(1.2, 0.3) == 128
-    assert summary.seeds_needed(0.3, 0.3, alpha=0.05 / 8) > summary.seeds_needed(0.3, 0.3)
-    assert summary.seeds_needed(float("nan")) is None
+    assert stats.seeds_needed(0.3, 0.3) == 10
+    assert stats.seeds_needed(0.6, 0.3) == 34
+    assert stats.seeds_needed(1.2, 0.3) == 128
+    assert stats.seeds_needed(0.3, 0.3, alpha=0.05 / 8) > stats.seeds_needed(0.3, 0.3)
+    assert stats.seeds_needed(float("nan")) is None
     for sd, alpha in ((0.3, 0.05), (0.78, 0.0125), (3.3, 0.0125)):  # the inverse: n seeds detect delta(n) ...
         for n in (8, 16, 32):
-            delta = summary.detectable_difference(sd, n, alpha)
-            assert summary.seeds_needed(sd, delta * 1.0001, alpha) <= n < summary.seeds_needed(sd, delta * 0.99, alpha)
-    assert 0.48 < summary.detectable_difference(0.78, 32, 0.0125) < 0.49  # docs/study.md, "Seeds": 0.49
-    assert summary.detectable_difference(1.0, 3, 0.0125) is None  # too few seeds for the approximation
+            delta = stats.detectable_difference(sd, n, alpha)
+            assert stats.seeds_needed(sd, delta * 1.0001, alpha) <= n < stats.seeds_needed(sd, delta * 0.99, alpha)
+    assert 0.48 < stats.detectable_difference(0.78, 32, 0.0125) < 0.49  # docs/study.md, "Seeds": 0.49
+    assert stats.detectable_difference(1.0, 3, 0.0125) is None  # too few seeds for the approximation
 
 
 def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, capsys):
@@ -938,11 +938,11 @@ def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, ca
 def test_t_distribution_and_holm():
     """Student's t against tabulated values, and Holm's adjustment on a worked example."""
     for t, df, p in ((2.228139, 10, 0.05), (12.7062, 1, 0.05), (1.0, 1, 0.5), (2.0, 1e9, 0.0455003)):
-        assert summary.t_two_sided_p(t, df) == pytest.approx(p, rel=1e-4)
-    assert summary.t_quantile(0.975, 10) == pytest.approx(2.228139, rel=1e-5)
-    assert summary.t_quantile(0.975, 3) == pytest.approx(3.182446, rel=1e-5)
-    assert summary.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert summary.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+        assert stats.t_two_sided_p(t, df) == pytest.approx(p, rel=1e-4)
+    assert stats.t_quantile(0.975, 10) == pytest.approx(2.228139, rel=1e-5)
+    assert stats.t_quantile(0.975, 3) == pytest.approx(3.182446, rel=1e-5)
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert stats.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
 
 
 def test_interaction_contrast(tmp_path):

@@ -13,9 +13,9 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
   points (an interaction ``(A, B, C, D)``: ``d = (gap_A - gap_B) - (gap_C - gap_D)``), with mean, sd and SE over
   the seeds that have all of them (same batches and initial weights per seed), and
   ``seeds_needed``: the paired seeds for a two-sided paired t-test at level ``alpha`` to detect a difference of
-  ``delta`` points with probability ``power``, taking the measured sd as the true one (``seeds_needed``), and
+  ``delta`` points with probability ``power``, taking the measured sd as the true one (``stats.seeds_needed``), and
   ``detectable``: the difference in points such a test detects with probability 0.8 with ``planned_seeds`` paired
-  seeds (default: the row's n) at the measured sd (``detectable_difference``, the same formula solved for delta);
+  seeds (default: the row's n) at the measured sd (``stats.detectable_difference``, the same formula solved for delta);
 * for each paired difference: the 95% confidence interval ``mean ± t(0.975, n - 1) * SE``, the two-sided p-value
   of the paired t-test (``t = mean / SE``, Student's t with n - 1 degrees of freedom), and ``p_holm``, Holm's
   step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
@@ -48,12 +48,12 @@ import tomllib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from fp4lab.errors import InputError
 from fp4lab.study import crossings, pack
 from fp4lab.study.logs import last_step_rows, read_csv, write_csv, write_json, write_text
+from fp4lab.study.stats import detectable_difference, holm, mean_se, seeds_needed, t_quantile, t_two_sided_p
 
 METRICS: tuple[str, ...] = ("train", "heldout")
 RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
@@ -182,76 +182,6 @@ def window_size(n: int, window: float, steps: list[int] | None = None, window_st
     return k
 
 
-def mean_se(values: list[float]) -> tuple[float, float, int]:
-    """(mean, standard error, n); SE is NaN below two values."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, 0
-    m = sum(values) / n
-    if n < 2:
-        return m, math.nan, n
-    var = sum((v - m) ** 2 for v in values) / (n - 1)
-    return m, math.sqrt(var / n), n
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _ibeta(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: int) -> float:
-    """Two-sided p-value of Student's t with ``df`` degrees of freedom: ``I_{df / (df + t^2)}(df / 2, 1 / 2)``."""
-    if not math.isfinite(t):
-        return 0.0 if not math.isnan(t) else math.nan
-    return _ibeta(df / 2.0, 0.5, df / (df + t * t))
-
-
-def t_quantile(q: float, df: int) -> float:
-    """The ``q`` quantile (q > 0.5) of Student's t with ``df`` degrees of freedom, by bisection of the p-value."""
-    lo, hi, target = 0.0, 1e6, 2.0 * (1.0 - q)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
-def holm(ps: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times (m - i + 1), made
-    non-decreasing in that order and capped at 1."""
-    order = sorted(range(len(ps)), key=lambda i: ps[i])
-    out, running = [math.nan] * len(ps), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
-        out[i] = running
-    return out
-
-
 def contrast_terms(pair: tuple[str, ...]) -> list[tuple[str, int]]:
     """(label, coefficient) of a paired contrast: ``(A, B)`` is ``A - B``; ``(A, B, C, D)`` is the interaction
     ``(A - B) - (C - D)``."""
@@ -260,33 +190,6 @@ def contrast_terms(pair: tuple[str, ...]) -> list[tuple[str, int]]:
     if len(pair) == 4:
         return [(pair[0], 1), (pair[1], -1), (pair[2], -1), (pair[3], 1)]
     raise InputError(f"summarize: a contrast names 2 or 4 labels (A:B or A:B:C:D), not {len(pair)}")
-
-
-def _z(alpha: float, power: float) -> tuple[float, float]:
-    """Standard normal quantiles z(1 - alpha/2) and z(power) of the sample-size formula."""
-    return NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
-
-
-def seeds_needed(sd: float, delta: float = 0.3, alpha: float = 0.05, power: float = 0.8) -> int | None:
-    """Paired seeds for a two-sided paired t-test at level ``alpha`` to detect ``delta`` with probability ``power``
-    when the per-seed differences have standard deviation ``sd``: Guenther's (1981) correction of the normal
-    approximation, ``n = ceil(((z(1 - alpha/2) + z(power)) * sd / delta)^2 + z(1 - alpha/2)^2 / 2)``, at least 2
-    (None for an sd that is not finite)."""
-    if not math.isfinite(sd) or not delta > 0 or not 0 < alpha < 1 or not 0 < power < 1:
-        return None
-    za, zb = _z(alpha, power)
-    return max(2, math.ceil(((za + zb) * sd / delta) ** 2 + za * za / 2))
-
-
-def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
-    """The difference (in the unit of ``sd``) that ``n`` paired seeds detect with probability ``power`` in a
-    two-sided paired t-test at level ``alpha``: ``seeds_needed`` solved for delta, ``(z(1 - alpha/2) + z(power)) *
-    sd / sqrt(n - z(1 - alpha/2)^2 / 2)``; None for an sd that is not finite or too few seeds for the formula."""
-    if not math.isfinite(sd) or not 0 < alpha < 1 or not 0 < power < 1:
-        return None
-    za, zb = _z(alpha, power)
-    room = n - za * za / 2
-    return (za + zb) * sd / math.sqrt(room) if room > 0 else None
 
 
 def relative_gap(run: RunLog, base: RunLog, metric: str, window: float, window_steps: int | None = None) -> float:
