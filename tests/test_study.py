@@ -616,32 +616,54 @@ def test_published_runs_are_those_of_their_plan(plan, study):
         assert np.isfinite(float(row["final_heldout"])), key
 
 
-STUDY_TESTS = (("e1m2-rht-all", "e2m1-rht-wgrad"), ("e1m2-rht-all", "e1m2-rht-wgrad"),
-               ("e2m1-rht-all", "e2m1-rht-wgrad"), ("e1m2-rht-all", "e1m2-rht-wgrad", "e2m1-rht-all", "e2m1-rht-wgrad"))
-# the controls and exploratory contrasts, summarized apart (docs/study.md, "Tests, fixed in advance")
-STUDY_SECONDARY = (("mxfp4", "e2m1-rht-wgrad"), ("nvfp4", "e2m1-rht-wgrad"), ("ufp4-e4m3", "e1m2-rht-all"),
-                   ("e1m2-rht-wgrad", "e2m1-rht-wgrad"))
-STUDY_CROSSINGS = (1.2, 1.1)  # the loss-drop timing diagnostic's levels (docs/results/study-secondary/README.md)
+PUBLISH = RESULTS.parent.parent / "benchmarks" / "study_publish.py"
 
 
 def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
-    """docs/results/study's tables are what `summarize` makes of the packs kept beside them (the command in its
-    README), and every packed run is one of examples/study/plan.toml's, with the plan's settings."""
+    """docs/results/study's and study-secondary's tables are what the study's two summarize calls
+    (benchmarks/study_publish.py, the commands in their READMEs) make of the packs, and every packed run is one of
+    examples/study/plan.toml's, with the plan's settings."""
     from fp4lab.study import pack
 
+    publish = runpy.run_path(str(PUBLISH))
     monkeypatch.chdir(RESULTS.parent.parent)  # the folder column holds paths relative to the repository
-    summary.summarize("docs/results/study/packs", tmp_path, pairs=STUDY_TESTS, plots=False, alpha=0.0125,
-                      planned_seeds=32)
+    conf, sec = publish["summarize_study"]("docs/results/study/packs", (tmp_path / "c", tmp_path / "s"), plots=False)
     for name in ("runs.csv", "gaps.csv", "paired.csv", "repeats.csv"):
-        assert (tmp_path / name).read_text() == (RESULTS / "study" / name).read_text(), name
-    summary.summarize("docs/results/study/packs", tmp_path / "secondary", pairs=STUDY_SECONDARY, plots=False,
-                      crossing_levels=STUDY_CROSSINGS)
+        assert (tmp_path / "c" / name).read_text() == (RESULTS / "study" / name).read_text(), name
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == \
+        sorted(n for n in publish["SECONDARY_KEEP"] if n != "README.md")
     for name in ("gaps.csv", "paired.csv", "crossings.csv", "timing.csv"):
-        assert (tmp_path / "secondary" / name).read_text() == (RESULTS / "study-secondary" / name).read_text(), name
+        assert (tmp_path / "s" / name).read_text() == (RESULTS / "study-secondary" / name).read_text(), name
+    for row in publish["interim_tables"](conf, sec).splitlines()[2:6]:  # the README's table, best gap first
+        assert row.startswith("| `") and row.endswith("] |"), row
     planned = {r.label: r for r in driver.load_plan("examples/study/plan.toml", out=tmp_path / "runs")}
     for where, rec in pack.load_packs("docs/results/study/packs"):
         run = planned[rec["label"]]
         assert rec["config"]["lr"] == run.cfg.lr and rec["config"]["steps"] == run.cfg.steps, where
+
+
+def test_publish_adds_slices_as_new_compressed_packs(tmp_path):
+    """study_publish.add_slices: the next slice numbers, gzip files that unpack to the slice's own bytes, and a
+    folder that is not a slice's pack is refused before anything is written."""
+    import gzip
+
+    publish = runpy.run_path(str(PUBLISH))
+    packs = tmp_path / "packs"
+    (packs / "slice-03").mkdir(parents=True)
+    new = []
+    for i in range(2):
+        d = tmp_path / f"out{i}" / "slice"
+        d.mkdir(parents=True)
+        (d / "runs.jsonl").write_text(f'{{"run": {i}}}\n')
+        (d / "slice.json").write_text("{}")
+        new.append(str(d))
+    added = publish["add_slices"](new, packs)
+    assert [p.name for p in added] == ["slice-04", "slice-05"]
+    assert gzip.open(packs / "slice-05" / "runs.jsonl.gz").read() == b'{"run": 1}\n'
+    assert (packs / "slice-04" / "slice.json.gz").read_bytes()[3] == 0  # no name in the header (gzip -n)
+    with pytest.raises(InputError, match="not a slice's pack"):
+        publish["add_slices"]([new[0], str(tmp_path)], packs)
+    assert sorted(p.name for p in packs.iterdir()) == ["slice-03", "slice-04", "slice-05"]
 
 
 # ---- corpus streaming and python-packages -----------------------------------------------------------------------
