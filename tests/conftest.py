@@ -55,6 +55,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_compile.py::test_a_layer_used_twice_is_converted_everywhere_and_runs": SUB + SLOW,
     "test_compile.py::test_blocks_compiled_one_by_one_share_one_graph": SUB + SLOW,
     "test_compile.py::test_compiled_steps_have_no_graph_break_and_equal_eager_bit_for_bit": SUB + SLOW,
+    "test_compile.py::test_other_compile_modes_equal_eager_bit_for_bit": SUB + SLOW,
     "test_compile.py::test_piece_ops_pass_opcheck_and_fake_quantize_compiles": SUB + SLOW,
     "test_compile.py::test_recipe_file_compiles_like_its_builtin": SUB + SLOW,
     "test_hw_gemm.py::test_compiled_steps_equal_eager_bit_for_bit": SUB + SLOW,

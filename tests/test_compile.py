@@ -77,6 +77,21 @@ def test_compiled_steps_have_no_graph_break_and_equal_eager_bit_for_bit(recipe):
         assert not torch.equal(again[2][0], got[0][2][0])
 
 
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("recipe", ["ufp4", "nvfp4"])
+def test_other_compile_modes_equal_eager_bit_for_bit(recipe, mode):
+    """torch.compile's "reduce-overhead" and "max-autotune" modes (fullgraph) give the eager steps' outputs and
+    gradients bit for bit, stochastic rounding (ufp4) and two-level scales (nvfp4) included, without recompiling."""
+    eager = _model(recipe)
+    compiled = torch.compile(copy.deepcopy(eager), fullgraph=True, mode=mode)
+    xs, gs = _data(3)
+    want = _steps(eager, xs, gs)
+    got = _steps(compiled, xs[:1], gs[:1])
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        got += _steps(compiled, xs[1:], gs[1:])
+    _assert_same(want, got, f"{recipe} {mode}")
+    torch._dynamo.reset()
+
 def test_recipe_file_compiles_like_its_builtin(tmp_path):
     """A recipe given as a TOML file compiles with no graph break and gives the built-in's bits."""
     path = tmp_path / "nvfp4-copy.toml"
