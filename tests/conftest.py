@@ -53,6 +53,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_testing_inputs.py::test_inputs_import_without_hypothesis": SUB,
     # torch.compile: Inductor compiles C++ in worker processes
     "test_compile.py::test_a_layer_used_twice_is_converted_everywhere_and_runs": SUB + SLOW,
+    "test_compile.py::test_activation_checkpointing_under_torch_compile": SUB + SLOW,
     "test_compile.py::test_blocks_compiled_one_by_one_share_one_graph": SUB + SLOW,
     "test_compile.py::test_compiled_steps_have_no_graph_break_and_equal_eager_bit_for_bit": SUB + SLOW,
     "test_compile.py::test_other_compile_modes_equal_eager_bit_for_bit": SUB + SLOW,

@@ -123,24 +123,38 @@ def test_blocks_compiled_one_by_one_share_one_graph():
     assert len({b[0].stream for b in blocks}) == 4
 
 
+class Checkpointed(torch.nn.Module):
+    """``inner`` run under torch.utils.checkpoint (non-reentrant)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
+
+
 def test_activation_checkpointing_recomputes_the_same_operands():
     """torch.utils.checkpoint (non-reentrant) recomputes the forward with the step of the first forward: the
     gradients equal those without checkpointing and each layer's step advances once per backward."""
     xs, gs = _data(2)
     plain = _model("ufp4")
     ckpt = copy.deepcopy(plain)
-
-    class Checkpointed(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, x):
-            return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=False)
-
     want = _steps(plain, xs, gs)
     _assert_same(want, _steps(Checkpointed(ckpt), xs, gs), "checkpoint")
     assert [m.step for m in ckpt.modules() if isinstance(m, QuantLinear)] == [2, 2]
+
+
+def test_activation_checkpointing_under_torch_compile():
+    """A checkpointed model compiled with fullgraph=True gives the plain eager steps' bits (ufp4: its recomputed
+    forward draws nothing, its backward draws with the step of the first forward) and advances each step once."""
+    xs, gs = _data(2)
+    plain = _model("ufp4")
+    inner = copy.deepcopy(plain)
+    want = _steps(plain, xs, gs)
+    _assert_same(want, _steps(torch.compile(Checkpointed(inner), fullgraph=True), xs, gs), "compiled checkpoint")
+    assert [m.step for m in inner.modules() if isinstance(m, QuantLinear)] == [2, 2]
+    torch._dynamo.reset()
 
 
 def test_a_layer_used_twice_is_converted_everywhere_and_runs():
