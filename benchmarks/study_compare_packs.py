@@ -9,7 +9,8 @@ Runs are matched by label, seed and repeat flag, and their rows by step. Per run
 many differ in ``train_loss``, ``heldout_loss`` or ``tokens`` (as logged: the JSON floats, so equal means equal
 bits), and the mean ``tokens_per_s`` of each over the common rows after the first (which holds compilation), with
 their ratio. The exit status is 1 if any common row differs, so a changed setting (a scheduler, a daemon, more
-processes) that moves a bit is caught; 0 otherwise. Which runs a study counts is not decided here.
+processes) that moves a bit is caught, or if no row could be compared (runs that failed before logging); else 0.
+Which runs a study counts is not decided here.
 """
 
 from __future__ import annotations
@@ -61,12 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     new_total = sum(r["new_tokens_per_s"] or 0 for r in rows)
     old_total = sum(r["old_tokens_per_s"] or 0 for r in rows)
     differ = sum(r["differ"] for r in rows)
-    print(f"{len(rows)} runs in both; {differ} rows differ; together {new_total:.0f} vs {old_total:.0f} tokens/s")
+    compared = sum(r["rows"] for r in rows)
+    print(f"{len(rows)} runs in both, {compared} rows compared; {differ} rows differ; together {new_total:.0f} vs "
+          f"{old_total:.0f} tokens/s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"runs": rows, "differ": differ, "new_tokens_per_s": new_total,
                        "old_tokens_per_s": old_total}, f, indent=1)
-    return 1 if differ or not rows else 0
+    return 1 if differ or not compared else 0
 
 
 if __name__ == "__main__":

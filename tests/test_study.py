@@ -1081,3 +1081,8 @@ def test_compare_packs_finds_any_changed_loss(tmp_path, capsys):
     assert all(r["rows"] == 10 and r["last_step"] == 500 for r in rows)
     assert script["main"]([str(tmp_path / "probe"), str(old)]) == 1
     assert "1 rows differ" in capsys.readouterr().out
+    for r in recs:  # runs that failed before their first row: nothing compared is a failure too
+        r["status"], r["rows"] = "failed", []
+    (tmp_path / "probe" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert script["main"]([str(tmp_path / "probe"), str(old)]) == 1
+    assert "0 rows compared; 0 rows differ" in capsys.readouterr().out
