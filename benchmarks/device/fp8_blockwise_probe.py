@@ -15,8 +15,9 @@ Per shape (M, N, K): the median time of a CUDA-graph replay (``triton.testing.do
 and with (1 x 128, 1 x 128) block scales in both scale layouts (row-major, and M-major as cuBLAS documents), each
 with the error line when a call is refused. Accuracy, on operands that are exactly E4M3 codes times a power of two
 per block: the largest |error| against the float64 product, in units of the largest float64 sum of |a| |b| of an
-output (``err_rel``); and, with one scale per row (every block of a row alike), whether the block-scaled result
-equals the row-wise one bit for bit.
+output (``err_rel``, fp32 output where the library writes it, else bf16: ``blockwise_out``); and, with one scale
+per row (every block of a row alike), whether the block-scaled result equals the row-wise one bit for bit. Times
+are of bf16 outputs throughout.
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ def _operand(rows: int, k: int, gen: torch.Generator, same_scale: bool) -> tuple
     return codes, torch.exp2(exps).expand(rows, k // 128).contiguous()
 
 
-def _blockwise(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, m_major: bool) -> torch.Tensor:
-    """``(a * sa) @ (b * sb)^T`` by ``_scaled_mm`` with (1 x 128, 1 x 128) scales: a [M, K], b [N, K] row-major,
-    sa [M, K/128], sb [N, K/128]; the scales passed as [M, K/128] and [K/128, N], row-major or M-major."""
-    scale_a = sa.t().contiguous().t() if m_major else sa.contiguous()
-    scale_b = sb.t().contiguous() if not m_major else sb.contiguous().t()
-    return torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.float32)
+def _block_scales(sa: torch.Tensor, sb: torch.Tensor, m_major: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scales of a (1 x 128, 1 x 128) ``_scaled_mm`` of a [M, K] by b [N, K] (passed as b.t()): sa [M, K/128]
+    and sb [N, K/128] as [M, K/128] and [K/128, N], row-major or M-major (outer dimension contiguous)."""
+    if m_major:
+        return sa.t().contiguous().t(), sb.contiguous().t()
+    return sa.contiguous(), sb.t().contiguous()
 
 
 def _attempt(fn: Callable[[], Any]) -> tuple[Any, str | None]:
@@ -62,6 +63,11 @@ def _attempt(fn: Callable[[], Any]) -> tuple[Any, str | None]:
         return fn(), None
     except (RuntimeError, ValueError, TypeError) as exc:
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, out: torch.dtype,
+        fast: bool = False) -> torch.Tensor:
+    return torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=out, use_fast_accum=fast)
 
 
 def probe_shape(m: int, n: int, k: int, gen: torch.Generator) -> dict[str, Any]:
@@ -73,29 +79,36 @@ def probe_shape(m: int, n: int, k: int, gen: torch.Generator) -> dict[str, Any]:
     row["bf16_ms"] = _median_ms(lambda: torch.mm(x, w.t()))
     ra, rb = torch.ones(m, 1, device=dev), torch.ones(1, n, device=dev)
     for fast in (False, True):
-        t, err = _attempt(lambda: _median_ms(lambda: torch._scaled_mm(a, b.t(), scale_a=ra, scale_b=rb,
-                                                                      out_dtype=torch.bfloat16,
-                                                                      use_fast_accum=fast)))
-        row[f"rowwise{'_fast' if fast else ''}_ms"], row[f"rowwise{'_fast' if fast else ''}_error"] = t, err
+        key = "rowwise_fast" if fast else "rowwise"
+        row[f"{key}_ms"], row[f"{key}_error"] = _attempt(
+            lambda: _median_ms(lambda: _mm(a, b, ra, rb, torch.bfloat16, fast)))
     av = a.double() * sa.double().repeat_interleave(128, 1)  # exact values of the operands
     bv = b.double() * sb.double().repeat_interleave(128, 1)
     ref, mag = av @ bv.t(), av.abs() @ bv.abs().t()
     del av, bv
+    a1, s1 = (t.to(dev) for t in _operand(m, k, gen, True))  # one scale per row: the row-wise GEMM's operands too
+    b1, t1 = (t.to(dev) for t in _operand(n, k, gen, True))
     for m_major in (False, True):
         name = "blockwise_m_major" if m_major else "blockwise"
-        y, err = _attempt(lambda: _blockwise(a, sa, b, sb, m_major))
-        row[f"{name}_error"] = err
+        scale_a, scale_b = _block_scales(sa, sb, m_major)
+        for out in (torch.float32, torch.bfloat16):  # fp32 output where the library writes it, else bf16
+            y, err = _attempt(lambda: _mm(a, b, scale_a, scale_b, out))
+            row[f"{name}_{str(out)[6:]}_error"] = err
+            if y is not None:
+                break
         if y is None:
             continue
+        row[f"{name}_out"] = str(out)[6:]
         row[f"{name}_err_rel"] = float(((y.double() - ref).abs().max() / mag.max()).item())
-        row[f"{name}_ms"] = _median_ms(lambda: _blockwise(a, sa, b, sb, m_major))
-        a1, s1 = (t.to(dev) for t in _operand(m, k, gen, True))
-        b1, t1 = (t.to(dev) for t in _operand(n, k, gen, True))
-        yb, err = _attempt(lambda: _blockwise(a1, s1, b1, t1, m_major))
-        yr = torch._scaled_mm(a1, b1.t(), scale_a=s1[:, :1].contiguous(), scale_b=t1[:, :1].t().contiguous(),
-                              out_dtype=torch.float32)
-        row[f"{name}_equals_rowwise"] = None if yb is None else bool(torch.equal(yb.view(torch.int32),
-                                                                                 yr.view(torch.int32)))
+        row[f"{name}_ms"], row[f"{name}_ms_error"] = _attempt(  # bf16 output, as the row-wise times
+            lambda: _median_ms(lambda: _mm(a, b, scale_a, scale_b, torch.bfloat16)))
+        c_a, c_b = _block_scales(s1, t1, m_major)
+        yb, err = _attempt(lambda: _mm(a1, b1, c_a, c_b, out))
+        yr, err_r = _attempt(lambda: _mm(a1, b1, s1[:, :1].contiguous(), t1[:, :1].t().contiguous(), out))
+        row[f"{name}_equals_rowwise"] = None if yb is None or yr is None else bool(torch.equal(
+            yb.view(torch.int16 if out == torch.bfloat16 else torch.int32),
+            yr.view(torch.int16 if out == torch.bfloat16 else torch.int32)))
+        row[f"{name}_equals_rowwise_error"] = err or err_r
     return row
 
 
