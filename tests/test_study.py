@@ -1019,10 +1019,19 @@ def test_slice_script_packs_then_skips_what_is_done(corpus_dir, tmp_path):
     said, packed = slice_("s1", MAX_RUNS="2")  # seed 0's two runs fit, seed 1's would make three
     assert "seeds 0, 2 processes" in said and packed == [("bf16", 0, "done"), ("ufp4", 0, "done")]
     assert "2 of 3 runs done" in (tmp_path / "out" / "s1" / "status.txt").read_text()
-    said, packed = slice_("s2", PROCS="1", MPS="1")  # MPS where the machine has it; the slice runs either way
-    assert packed == [("bf16", 1, "done")]
+    fake = tmp_path / "bin"  # a daemon control that "starts": the slice then checks a CUDA client under it
+    fake.mkdir()
+    (fake / "nvidia-cuda-mps-control").write_text(  # logs its arguments, or with none the command on stdin
+        f"#!/bin/sh\nif [ $# -eq 0 ]; then read -r c; echo \"$c\"; else echo \"$@\"; fi >> {tmp_path}/mps.log\n")
+    (fake / "nvidia-cuda-mps-control").chmod(0o755)
+    said, packed = slice_("s2", PROCS="1", MPS="1", PATH=f"{fake}:{os.environ['PATH']}")
+    assert packed == [("bf16", 1, "done")]  # the slice runs with MPS or, as here without CUDA, without it
     mps = (tmp_path / "out" / "s2" / "mps.txt").read_text()
-    assert mps.startswith("off" if shutil.which("nvidia-cuda-mps-control") is None else "on"), mps
+    if torch.cuda.is_available():
+        assert mps.startswith("on"), mps
+    else:
+        assert mps.startswith("off: a CUDA client failed"), mps
+        assert (tmp_path / "mps.log").read_text().split() == ["-d", "quit"]  # started, then quit at once
     said, packed = slice_("s3")
     assert "is done" in said and packed == []
     assert (tmp_path / "out" / "s3" / "status.txt").read_text().count("done (packed)") == 3
