@@ -43,10 +43,10 @@ def crossing_step(steps: list[int], losses: list[float], level: float) -> int | 
     return next((s for s, v in zip(steps, losses) if v <= level), None)
 
 
-def crossing_rows(runs: list[Any], gap: dict, levels: tuple[float, ...], baseline: str) -> list[dict[str, Any]]:
+def crossing_rows(runs: list[Any], gap: dict, levels: tuple[float, ...], base: dict) -> list[dict[str, Any]]:
     """One row per (paired run, level): its crossing step, its baseline's, the delay and the run's training gap.
-    ``runs`` are ``summary.RunLog``s, ``gap`` is ``summary.gaps``'s dictionary (its keys say which runs are paired)."""
-    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done and not r.replica}
+    ``runs`` are ``summary.RunLog``s, ``gap`` is ``summary.gaps``'s dictionary (its keys say which runs are paired)
+    and ``base`` is ``summary.baseline_runs``'s (each run's baseline by size and seed)."""
     rows = []
     for r in runs:
         g = gap.get((r.size, r.recipe, r.seed, "train"))

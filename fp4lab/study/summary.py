@@ -206,11 +206,16 @@ def _comparable(run: RunLog, base: RunLog) -> bool:
         {k: v for k, v in base.identity.items() if k not in UNPAIRED_FIELDS}
 
 
+def baseline_runs(runs: list[RunLog], baseline: str) -> dict[tuple[str, int], RunLog]:
+    """{(size, seed): the finished baseline run} (repeats left out): what every other run is paired with."""
+    return {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done and not r.replica}
+
+
 def gaps(runs: list[RunLog], window: float, baseline: str = "bf16",
          window_steps: int | None = None) -> tuple[dict, list[str]]:
     """({(size, recipe, seed, metric): gap}, notes) over the finished runs (not repeats) that have a comparable
     baseline."""
-    base = {(r.size, r.seed): r for r in runs if r.recipe == baseline and r.done and not r.replica}
+    base = baseline_runs(runs, baseline)
     out, notes = {}, []
     for r in runs:
         if r.status == "diverged":
@@ -339,7 +344,7 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                "runs": run_rows, "gaps": gap_rows,
                "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
     if levels:
-        summary["crossings"] = crossings.crossing_rows(runs, gap, levels, baseline)
+        summary["crossings"] = crossings.crossing_rows(runs, gap, levels, baseline_runs(runs, baseline))
         summary["timing"] = crossings.timing_rows(summary["crossings"])
         write_csv(out / "crossings.csv", crossings.CROSSING_COLUMNS, summary["crossings"])
         write_csv(out / "timing.csv", crossings.TIMING_COLUMNS, summary["timing"])
