@@ -48,6 +48,40 @@ def test_show_uniform_grid_has_no_interior_bias(capsys):
     assert code == 0 and interior.sum() == 12 and np.all(bias[interior] == 0.0)
 
 
+def test_show_level_bias_of_an_asymmetric_grid_uses_each_side_s_own_neighbours(capsys, tmp_path):
+    """Levels -6 -5 -3 -2 -1 -0.5 -0.25 0 0.125 0.25 0.625 1 1.5 2.5 4 8: (l - r)/2 with l the half-gap toward zero,
+    r the half-gap away from zero (0 at either end); the zero bin [-0.125, 0.0625] gives -(a^2 + b^2) / (2 (a + b))."""
+    spec = tmp_path / "asym.toml"
+    spec.write_text('name = "asym"\nblock = { shape = [16] }\nscale = "fp32"\n[scale_rule]\nmethod = "amax"\n'
+                    '[element]\nkind = "table"\nbits = 4\nvalues = [0.0, 0.125, 0.25, 0.625, 1.0, 1.5, 2.5, 4.0, 8.0, '
+                    '-0.25, -0.5, -1.0, -2.0, -3.0, -5.0, -6.0]\n')
+    code, out, _ = run(capsys, "show", str(spec), "--json")
+    rep = json.loads(out)
+    got = dict(zip(rep["levels"], rep["level_bias"]))
+    assert code == 0
+    assert got[-6.0] == 0.25 and got[-5.0] == 0.25 and got[-3.0] == -0.25  # -5: l = 1, r = 0.5
+    assert got[-1.0] == -0.125 and got[-0.25] == 0.0  # not the +1 (-0.03125) and +0.25 (-0.0625) values
+    assert got[0.25] == -0.0625 and got[1.0] == -0.03125 and got[8.0] == 1.0
+    assert got[0.0] == pytest.approx(-(0.125**2 + 0.0625**2) / (2 * 0.1875))
+
+
+@pytest.mark.parametrize("name", ["e2m1", "ufp4", "int4", "nf4-b64-fp32"])
+def test_show_level_bias_equals_the_magnitude_bias_on_the_non_negative_side(capsys, name):
+    from fp4lab.analysis.bias import level_bias
+
+    code, out, _ = run(capsys, "show", name, "--json")
+    rep = json.loads(out)
+    lb = level_bias(fp4lab.get_format(name))
+    by_level = dict(zip(rep["levels"], rep["level_bias"]))
+    positive = lb.levels > 0
+    assert code == 0 and [by_level[q] for q in lb.levels[positive].tolist()] == lb.bias[positive].tolist()
+    if name != "nf4-b64-fp32":  # sign symmetric: each negative level mirrors its magnitude, zero's bin too
+        assert all(by_level[-q] == by_level[q] for q in lb.levels.tolist())
+        assert by_level[0.0] == lb.at(0.0)
+    else:  # NF4's -1 neighbours -0.696, its +1 neighbours +0.723
+        assert by_level[-1.0] == pytest.approx((1.0 - 0.6961928009986877) / 4) != by_level[1.0]
+
+
 def test_show_accepts_spec_file_path(capsys, tmp_path):
     spec = tmp_path / "g.toml"
     spec.write_text('name = "g"\nelement = "int4"\n')

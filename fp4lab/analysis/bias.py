@@ -60,6 +60,29 @@ def level_bias(grid: Any) -> LevelBias:
     return LevelBias(q, left, right, (left - right) / 2.0, interior)
 
 
+def signed_level_bias(grid: Any) -> np.ndarray:
+    """Locally-uniform magnitude bias ``E[|q| - |x|]`` of every signed level (float64, aligned with
+    ``grid.levels``, grid units), from the signed grid's own neighbours: for a level ``v != 0``, ``l`` is half the
+    gap to its neighbour toward zero and ``r`` half the gap to its neighbour away from zero (0 at the most negative
+    and the most positive level), and the bias is ``(l - r) / 2``. The zero level's bin ``[-a, b]`` (half-gaps to
+    its neighbours, 0 where there is none) gives ``-(a^2 + b^2) / (2 (a + b))``. On a sign-symmetric grid this is
+    :func:`level_bias` at ``|v|``; on an asymmetric grid (NF4, two's-complement INT4, value tables) each side keeps
+    its own geometry."""
+    lv = np.asarray(getattr(getattr(grid, "element", grid), "levels", grid), dtype=np.float64)
+    if lv.size < 2 or not np.isfinite(lv).all() or np.any(np.diff(lv) <= 0) or 0.0 not in lv:
+        raise InputError(f"signed_level_bias: need ascending finite levels including 0, got {lv.tolist()}")
+    half = np.diff(lv) / 2.0
+    below = np.concatenate([[0.0], half])  # half-gap to the next lower level (0 at the bottom)
+    above = np.concatenate([half, [0.0]])  # half-gap to the next higher level (0 at the top)
+    toward_zero = np.where(lv > 0, below, above)
+    away = np.where(lv > 0, above, below)
+    out = (toward_zero - away) / 2.0
+    z = int(np.flatnonzero(lv == 0.0)[0])
+    a, b = below[z], above[z]
+    out[z] = -(a * a + b * b) / (2.0 * (a + b))
+    return out
+
+
 def round_magnitudes(grid: Any, t: np.ndarray) -> np.ndarray:
     """RTNE-nearest level for each magnitude ``t >= 0`` (float64); values above the top level saturate.
 

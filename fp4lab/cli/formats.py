@@ -66,23 +66,22 @@ def cmd_formats(args: argparse.Namespace) -> int:
 def grid_report(name: str) -> dict[str, Any]:
     """Levels, codes, RTNE bin edges and per-level shrinkage bias of a format's element grid.
 
-    ``level_bias[i]`` is the locally-uniform bias ``(l - r)/2`` of magnitude ``|levels[i]|`` (paper Eq. 2; see
-    ``fp4lab.analysis.bias``), None where the magnitude is not a level of the non-negative side (asymmetric grids).
+    ``level_bias[i]`` is the locally-uniform magnitude bias ``(l - r)/2`` of ``levels[i]`` (paper Eq. 2), from the
+    level's own neighbours on its side of zero (``fp4lab.analysis.bias.signed_level_bias``), so the two sides of an
+    asymmetric grid each get their own.
     """
-    from fp4lab.analysis.bias import level_bias
+    from fp4lab.analysis.bias import signed_level_bias
     from fp4lab.formats import get_format
 
     f = get_format(name)
     g = f.element
-    lb = level_bias(g)
-    by_magnitude = dict(zip(lb.levels.tolist(), lb.bias.tolist()))
     return {
         **format_summary(name),
         "levels": g.levels.tolist(),
         "codes": g.level_codes_pos.tolist(),
         "values_by_code": [None if v != v else v for v in g.values.tolist()],
         "bin_edges_rtne": g.thresholds("rtne").astype(float).tolist(),
-        "level_bias": [by_magnitude.get(abs(v)) for v in g.levels.tolist()],
+        "level_bias": signed_level_bias(g).tolist(),
         "scale_rule_spec": f.scale_rule.model_dump(exclude_none=True),
     }
 
@@ -107,7 +106,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     edges = [None] + rep["bin_edges_rtne"]
     for lv, code, edge, bias in zip(rep["levels"], rep["codes"], edges, rep["level_bias"]):
         table.add_row(f"{lv:g}", f"0x{code:X}", "-" if edge is None else f"{edge:.9g}",
-                      "-" if bias is None else f"{bias:+.6g}")
+                      f"{bias:+.6g}")
     con.print(table)
     con.print(Text(f"scale rule: {rep['scale_rule_spec']}"), soft_wrap=True)
     return 0
