@@ -125,6 +125,21 @@ def test_clip_rate_mx_floor_vs_rceil():
     assert m.clip_rate == 0.0
 
 
+def test_clip_rate_counts_the_short_side_of_an_asymmetric_grid():
+    """Two's-complement INT4 (-8..7) maps a block's amax onto 8: a positive maximum lands on t = 8 and saturates to
+    7, a negative one on the level -8."""
+    fmt = fp4lab.QuantFormat.model_validate({
+        "name": "int4-tc", "block": {"shape": [16]}, "scale": "fp32", "scale_rule": {"method": "amax"},
+        "element": {"kind": "int", "bits": 4, "range": "twos_complement"}})
+    x = np.ones((2, 16), np.float32)
+    x[0, 3], x[1, 5] = 7.0, -7.0
+    m, qt = metrics.evaluate(x, fmt)
+    assert fp4lab.dequantize(qt)[0, 3] == np.float32(7 * 7 / 8) and fp4lab.dequantize(qt)[1, 5] == -7.0
+    assert m.clip_rate == 1 / 32
+    t, _ = metrics.normalized(x, qt)
+    assert metrics.clip_rate(t, fmt) == 1 / 32
+
+
 def test_zero_block_rate_nvfp4_underflow():
     x = np.full((1, 32), 1e-6, np.float32)
     x[0, :16] = 1000.0  # tensor scale from 1000: the second block's E4M3 scale underflows to zero

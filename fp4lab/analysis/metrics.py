@@ -9,8 +9,10 @@ All sums are float64 over the finite elements of the reference ``x`` (non-finite
   units (paper: ``b_G = E[rho(t) - t]``).
 * ``b_eff = exp(H) / K`` (paper Eq. 6-7): ``H = -sum p_i log(p_i + eps)``, ``eps = 1e-12``, over the ``K`` distinct
   grid magnitudes (sign pooled; the zero bucket included; 8 for E2M1/E1M2/INT4, 15 for NF4).
-* ``clip_rate``: fraction of elements with ``|t|`` above the grid's largest magnitude by more than a relative
-  ``2**-20`` (they saturate; the float32 rounding of an amax/g_max scale is not clipping).
+* ``clip_rate``: fraction of elements with ``t`` beyond the grid's largest level or below its smallest (most
+  negative) level by more than a relative ``2**-20`` (they saturate; the float32 rounding of an amax/g_max scale is
+  not clipping). On a sign-symmetric grid that is ``|t| > g_max``; on an asymmetric grid (two's-complement INT4,
+  value tables) the side whose extreme is not ``g_max`` saturates first, and counts.
 * ``zero_block_rate``: fraction of blocks with a non-zero finite input whose dequantized values are all zero.
 * ``scale_code_histogram``: ``{code: count}`` of the stored block-scale codes.
 
@@ -144,12 +146,20 @@ def b_eff(qt: QuantizedTensor, eps: float = EPS) -> float:
     return float(np.exp(-np.sum(p * np.log(p + eps))) / mags.size)
 
 
+def _clip_limits(fmt: Any) -> tuple[float, float]:
+    """(low, high): ``t`` below ``low`` or above ``high`` saturates (the grid's extreme levels, widened by
+    ``CLIP_RTOL``)."""
+    return fmt.element.min * (1.0 + CLIP_RTOL), fmt.element.max * (1.0 + CLIP_RTOL)
+
+
 def clip_rate(t: np.ndarray, fmt: Any) -> float:
-    """Fraction of finite ``t`` with ``|t| > g_max * (1 + 2**-20)`` (saturated elements)."""
+    """Fraction of finite ``t`` above the grid's largest level or below its smallest by more than a relative
+    ``2**-20`` (saturated elements; ``|t| > g_max`` on a sign-symmetric grid)."""
     t = np.asarray(t)
     keep = np.isfinite(t)
-    limit = fmt.element.amax * (1.0 + CLIP_RTOL)
-    return float(np.mean(np.abs(t[keep]) > limit)) if keep.any() else 0.0
+    lo, hi = _clip_limits(fmt)
+    tk = t[keep]
+    return float(np.mean((tk > hi) | (tk < lo))) if keep.any() else 0.0
 
 
 def _blocks_any(mask: np.ndarray, qt: QuantizedTensor) -> np.ndarray:
@@ -230,7 +240,7 @@ def measure(x_basis: Any, qt: QuantizedTensor, xhat: Any | None = None) -> Tenso
     sf = None if s32 is None else s32.reshape(-1)
     ts = None if (s32 is None or qt.tensor_scale is None) else float(qt.tensor_scale)
     values = fmt.element.values
-    limit = fmt.element.amax * (1.0 + CLIP_RTOL)
+    lo, hi = _clip_limits(fmt)
     den = err = cross = bias_sum = 0.0
     bias_n = clip_n = fin_n = 0
     per_code = np.zeros(values.size, np.float64)
@@ -261,7 +271,7 @@ def measure(x_basis: Any, qt: QuantizedTensor, xhat: Any | None = None) -> Tenso
             bias_sum += float(np.sum(np.abs(q[kb]) - np.abs(t[kb])))
             bias_n += int(kb.sum())
         kt = np.isfinite(t)
-        clip_n += int(np.sum(np.abs(t[kt]) > limit))
+        clip_n += int(np.sum((t[kt] > hi) | (t[kt] < lo)))
         fin_n += int(kt.sum())
         per_code += np.bincount(codes[i:j], minlength=values.size).astype(np.float64)
     nm = err / den if den > 0 else float("nan")
