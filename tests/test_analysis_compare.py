@@ -8,6 +8,7 @@ import pytest
 
 from fp4lab.analysis.compare import CompareConfig, run_compare
 from fp4lab.cli import analysis as cli
+from fp4lab.errors import InputError
 
 
 def _run_cli(argv):
@@ -67,6 +68,22 @@ def test_compare_auto_backend_threshold():
 def test_compare_rejects_bad_rht():
     with pytest.raises(ValueError, match="RHT size 8"):
         run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[8], shape=(4, 32)))
+
+
+def test_compare_names_the_input_a_block_or_rht_size_does_not_divide_before_any_case_runs(tmp_path):
+    odd = tmp_path / "odd.npy"
+    np.save(odd, np.ones((7, 33), np.float32))
+    square = tmp_path / "square.npy"
+    np.save(square, np.ones((64, 64), np.float32))
+    done = []
+    with pytest.raises(InputError, match=r"^compare: input .*odd\.npy \(7x33\), format nvfp4: quantize: axis 1 has "
+                       r"length 33, not a multiple of format 'nvfp4' block size 16$"):
+        run_compare(CompareConfig(formats=["nvfp4"], inputs=["gaussian", str(odd)], shape=(4, 32)), done.append)
+    with pytest.raises(InputError, match=r"^compare: input .*square\.npy \(64x64\): the last axis \(64\) is not a "
+                       r"multiple of RHT size 128"):
+        run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian", str(square)], rht=[0, 128], shape=(4, 128)),
+                    done.append)
+    assert done == []  # refused before the first case
 
 
 def test_cli_json_only_and_plot(tmp_path, capsys):

@@ -198,6 +198,22 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def check_shapes(inputs: list[tuple[str, np.ndarray]], fmts: dict[str, Any], rht: list[int]) -> None:
+    """Refuse, before any case runs, an input whose shape a format's blocks or an RHT size does not divide (blocks
+    and rotations run along the last axis): one line naming the input, its shape and the format or size."""
+    for label, x in inputs:
+        where = f"compare: input {label} ({'x'.join(map(str, x.shape))})"
+        for name, fmt in fmts.items():
+            try:
+                BlockView.for_format(x.shape, fmt, -1)
+            except InputError as exc:
+                raise InputError(f"{where}, format {name}: {exc}") from None
+        for r in rht:
+            if r and x.ndim and x.shape[-1] % r:
+                raise InputError(f"{where}: the last axis ({x.shape[-1]}) is not a multiple of RHT size {r}; "
+                                 "give --rht sizes that divide it")
+
+
 def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every (format, input, rht) case of ``config``; ``progress(label)`` is called after each case."""
     start = time.perf_counter()
@@ -208,6 +224,7 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
     if config.backend not in BACKENDS:  # before any input is loaded
         raise InputError(f"compare: backend must be one of {', '.join(BACKENDS)}, got {config.backend!r}"[:200])
     inputs = [load_input(spec, tuple(config.shape), config.seed) for spec in config.inputs]
+    check_shapes(inputs, fmts, config.rht)
     backend = choose_backend(config, sum(x.size for _, x in inputs))
     results: list[dict[str, Any]] = []
     shapes: dict[str, list[int]] = {}
