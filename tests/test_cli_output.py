@@ -136,6 +136,22 @@ def test_compare_verdicts_among_formats_of_equal_bits(capsys, monkeypatch):
         assert by_bits["4.25"]["best_sqnr"]["cases"][0]["format"] in ("mxfp4", "int4-b32-e8m0")
 
 
+def test_compare_verdict_lines_wrap_with_a_hanging_indent(capsys, monkeypatch):
+    """A wrapped verdict reads as one block per verdict: its continuation lines are indented under it, and a
+    hyphenated format name is never split across lines."""
+    out = run(capsys, monkeypatch, "compare", "mxfp4", "int4-b32-e8m0", "ufp4-e8m0", "nvfp4", "ufp4", *SMALL)
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("verdict for gaussian:"))
+    block = lines[start:lines.index("", start)]
+    assert len(block) > 4 and max(len(line) for line in block) <= 80
+    heads = [line for line in block if not line.startswith(" ")]
+    among = [line for line in block if line.startswith("  among ")]
+    assert heads == [block[0]] and len(among) == 3  # 4.25, 4.5 and 6 bits
+    for line in block[1:]:
+        assert line.startswith("    ") or line.startswith("  among ")
+    assert "int4-b32-e8m0" in " ".join(block) and "ufp4-e8m0" in " ".join(block)  # never "int4-b32-" + "e8m0"
+
+
 def test_plot_has_legend_shared_scale_and_measured_bias_for_spec_files(monkeypatch, tmp_path, spec):
     import matplotlib.pyplot as plt
 

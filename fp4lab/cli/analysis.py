@@ -141,7 +141,26 @@ def _verdict_parts(verdict: dict[str, Any], names: dict[str, str], bits: dict[st
     return "; ".join(parts) if parts else "no finite result"
 
 
+def _print_hanging(con: Any, line: str, indent: str) -> None:
+    """``line`` wrapped at spaces to the console width, each "; "-separated part on a new line, continuation lines
+    indented by ``indent`` (format names and paths are never split, even at hyphens)."""
+    import textwrap
+
+    from rich.text import Text
+
+    width = max(con.width, 40)
+    parts = line.split("; ")
+    out = []
+    for i, part in enumerate(parts):
+        out.append(textwrap.fill(part + (";" if i < len(parts) - 1 else ""), width=width,
+                                 initial_indent=indent if i else "", subsequent_indent=indent,
+                                 break_long_words=False, break_on_hyphens=False))
+    con.print(Text("\n".join(out)), soft_wrap=True)
+
+
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
+    import textwrap
+
     from rich.text import Text
 
     from fp4lab.cli.tables import compact_table, console, fit
@@ -170,14 +189,16 @@ def _print_compare(result: dict[str, Any], plot: str | None) -> None:
                               _fmt(rec["alpha"], ".4f"), _fmt(rec["b_eff"], ".3f"),
                               f"{100 * (rec['clip_rate'] or 0):.2f}", f"{100 * (rec['zero_block_rate'] or 0):.2f}")
         con.print(fit(table, con))
-        con.print(Text(verdict_line(label, result["verdicts"][label], names, bits)))
+        _print_hanging(con, verdict_line(label, result["verdicts"][label], names, bits), "    ")
         for line in equal_bits_lines(result["verdicts"][label], names, bits):
-            con.print(Text(line))
+            _print_hanging(con, line, "      ")
         con.print()
-    con.print(Text("bias grid: mean signed error of |x|/s in grid units (negative = shrinkage); bias % amax: mean "
-                   "(|Q(x)| - |x|) / block amax in percent, comparable across formats; α = <Q(x),x>/||x||²; "
-                   "B_eff = exp(bucket entropy)/K; ΔSQNR vs no RHT; clip: saturated elements; 0blk: non-zero "
-                   f"blocks flushed to zero. {len(result['results'])} cases in {result['elapsed_s']:.1f} s."))
+    con.print(Text(textwrap.fill(
+        "bias grid: mean signed error of |x|/s in grid units (negative = shrinkage); bias % amax: mean "
+        "(|Q(x)| - |x|) / block amax in percent, comparable across formats; α = <Q(x),x>/||x||²; "
+        "B_eff = exp(bucket entropy)/K; ΔSQNR vs no RHT; clip: saturated elements; 0blk: non-zero "
+        f"blocks flushed to zero. {len(result['results'])} cases in {result['elapsed_s']:.1f} s.",
+        width=max(con.width, 40), break_on_hyphens=False)), soft_wrap=True)
     if plot:
         con.print(Text(f"grid plot written to {plot}"), soft_wrap=True)  # a path, whole
 
