@@ -176,3 +176,28 @@ def test_plot_has_legend_shared_scale_and_measured_bias_for_spec_files(monkeypat
     finally:
         real_close(fig)
     assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_titles_stay_inside_the_figure_with_every_rht_size(monkeypatch, tmp_path):
+    """Six RHT sizes and a long spec-file list: every panel title wraps inside the figure's width."""
+    import matplotlib.pyplot as plt
+
+    from fp4lab.analysis.compare import CompareConfig, run_compare
+    from fp4lab.analysis.plot import plot_grids
+
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    formats = ["nvfp4", "nvfp4-4over6", "mxfp4", "mxfp4-rceil", "e2m1-b16-fp32", "ufp4"]
+    doc = run_compare(CompareConfig(formats=formats, inputs=["gaussian"], rht=[0, 16, 32, 64, 128, 256],
+                                    shape=(4, 256)))
+    plot_grids(formats, tmp_path / "g.png", doc)
+    (fig,) = figures
+    try:
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            assert "RHT 256" in ax.get_title()
+            box = ax.title.get_window_extent(renderer)
+            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, ax.get_title()
+    finally:
+        real_close(fig)

@@ -35,6 +35,23 @@ def _measured(result: dict[str, Any] | None, given: list[str]) -> dict[int, floa
     return out
 
 
+TITLE_WIDTH = 100  # characters per title line: fits the 9-inch panel at 9 pt
+
+
+def _panel_title(grid: str, users: list[str], measured: dict[int, float]) -> str:
+    """The panel's title: the grid and the formats that use it, then the measured bias per RHT size, wrapped to
+    ``TITLE_WIDTH`` characters a line (names and numbers never split)."""
+    import textwrap
+
+    head = textwrap.wrap(f"{grid}  (formats: {', '.join(users)})", TITLE_WIDTH, break_long_words=False,
+                         break_on_hyphens=False)
+    if measured:
+        parts = ", ".join(f"{'no RHT' if r == 0 else f'RHT {r}'} {v:+.4f}%" for r, v in measured.items())
+        head += textwrap.wrap(f"measured bias / block amax: {parts}", TITLE_WIDTH, break_long_words=False,
+                              break_on_hyphens=False)
+    return "\n".join(head)
+
+
 def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | None = None) -> Path:
     """Write the grid plot for ``formats`` (names, spec-file paths or QuantFormats) to exactly ``path`` (PNG);
     returns the path.
@@ -81,11 +98,7 @@ def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | No
                 ax.axhline(measured[r], color=f"C{4 + j}", lw=1.2, ls="--", zorder=3)
         ax.set_ylim(-span, span)
         ax.set_xlim(-0.02 * q[-1], q[-1] * 1.02)
-        title = f"{gname}  (formats: {', '.join(users)})"
-        if measured:
-            title += "\n" + "; ".join(f"{'no RHT' if r == 0 else f'RHT {r}'}: measured bias {v:+.4f}% of block amax"
-                                      for r, v in measured.items())
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_panel_title(gname, users, measured), fontsize=9)
         ax.set_ylabel("bias, % of top level", fontsize=8)
         ax.set_xticks(q)
         ax.set_xticklabels([f"{v:g}" for v in q], fontsize=7)
