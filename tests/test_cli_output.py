@@ -196,7 +196,7 @@ def test_plot_titles_stay_inside_the_figure_with_every_rht_size(monkeypatch, tmp
     try:
         renderer = fig.canvas.get_renderer()
         for ax in fig.axes:
-            assert "RHT 256" in ax.get_title()
+            assert "RHT 256" in ax.get_title().replace("\xa0", " ")
             box = ax.title.get_window_extent(renderer)
             assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, ax.get_title()
     finally:

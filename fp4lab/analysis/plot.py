@@ -46,7 +46,8 @@ def _panel_title(grid: str, users: list[str], measured: dict[int, float]) -> str
     head = textwrap.wrap(f"{grid}  (formats: {', '.join(users)})", TITLE_WIDTH, break_long_words=False,
                          break_on_hyphens=False)
     if measured:
-        parts = ", ".join(f"{'no RHT' if r == 0 else f'RHT {r}'} {v:+.4f}%" for r, v in measured.items())
+        parts = ", ".join(f"{'no RHT' if r == 0 else f'RHT {r}'} {v:+.4f}%".replace(" ", "\u00a0")  # one unit
+                          for r, v in measured.items())
         head += textwrap.wrap(f"measured bias / block amax: {parts}", TITLE_WIDTH, break_long_words=False,
                               break_on_hyphens=False)
     return "\n".join(head)
