@@ -89,6 +89,16 @@ def test_show_accepts_spec_file_path(capsys, tmp_path):
     assert code == 0 and json.loads(out)["levels"] == list(range(-7, 8))
 
 
+def test_show_names_an_unnamed_grid_and_scale_from_their_fields(capsys, tmp_path):
+    spec = tmp_path / "g.toml"
+    spec.write_text('name = "g"\nblock = { shape = [16] }\ntensor_scale = "amax"\n[scale_rule]\nmethod = "amax"\n'
+                    '[element]\nkind = "int"\nrange = "twos_complement"\n'
+                    '[scale]\nkind = "float"\nexponent_bits = 3\nmantissa_bits = 2\n')
+    code, out, _ = run(capsys, "show", str(spec), "--json")
+    rep = json.loads(out)
+    assert code == 0 and (rep["element"], rep["scale"]) == ("int4", "ue3m2")  # not "int" and "float"
+
+
 def test_show_unknown_format_is_one_line_error(capsys):
     code, out, err = run(capsys, "show", "nope")
     assert code == 2 and out == ""

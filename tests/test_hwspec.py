@@ -156,6 +156,20 @@ def test_spec_files_are_the_registry():
     assert SPEC_NAMES == hwspec.list_hw()[:len(SPEC_NAMES)]
 
 
+def test_cli_hw_show_format_names_unnamed_grids_scales_and_tiles(capsys, tmp_path):
+    """A spec file's unnamed grid and ExMy scale are named from their fields, a tile by both extents, and a format
+    that no kind runs says so (no Python None in the text)."""
+    spec = tmp_path / "t.toml"
+    spec.write_text('name = "tile"\nblock = { shape = [8, 4] }\ntensor_scale = "amax"\n[scale_rule]\nmethod = "amax"\n'
+                    '[element]\nkind = "float"\nexponent_bits = 1\nmantissa_bits = 2\nbias = 1\n'
+                    '[scale]\nkind = "float"\nexponent_bits = 3\nmantissa_bits = 2\n')
+    assert cli_main(["hw", "show", "proposal-ufp4", "--format", str(spec)]) == 0
+    out = capsys.readouterr().out
+    line = " ".join(out[out.index("format tile:"):].split())
+    assert line.startswith("format tile: not native, no kind runs it, no published rate.")
+    assert "(e1m2, ue3m2, block 8x4)" in line and "None" not in line
+
+
 def test_cli_hw_list_show_and_format_cost(capsys):
     assert cli_main(["hw", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -90,9 +90,10 @@ def load_input(spec: str, shape: tuple[int, ...], seed: int) -> tuple[str, np.nd
 def format_summary(fmt: Any) -> dict[str, Any]:
     """JSON-ready description of a format's grid geometry and storage (the ``formats`` entry)."""
     lb = level_bias(fmt)
-    scale = None if fmt.scale is None else (fmt.scale.name or fmt.scale.kind)
+    scale = None if fmt.scale is None else fmt.scale.label
     return {
-        "name": fmt.name, "element": fmt.element.name, "magnitudes": lb.levels.tolist(), "level_bias": lb.bias.tolist(),
+        "name": fmt.name, "element": fmt.element.label, "magnitudes": lb.levels.tolist(),
+        "level_bias": lb.bias.tolist(),
         "block": None if fmt.block is None else list(fmt.block.shape), "scale": scale,
         "tensor_scale": fmt.tensor_scale != "none", "bits_per_element": fmt.bits_per_element,
         "description": fmt.description,

@@ -71,7 +71,7 @@ def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | No
     for f in formats:
         fmt = get_format(f)
         key = tuple(level_bias(fmt).levels.tolist())
-        entry = grids.setdefault(key, (fmt.element.name or fmt.name, [], []))
+        entry = grids.setdefault(key, (fmt.element.label, [], []))
         entry[1].append(fmt.name)
         entry[2].append(f if isinstance(f, str) else str(f) if isinstance(f, Path) else fmt.name)
     panels = [(key, gname, users, _measured(result, given)) for key, (gname, users, given) in grids.items()]

@@ -26,10 +26,10 @@ def format_summary(name: str) -> dict[str, Any]:
     f = get_format(name)
     return {
         "name": f.name,
-        "element": f.element.name or f.element.kind,
+        "element": f.element.label,
         "element_max": f.element.amax,
         "block": "x".join(map(str, f.block.shape)) if f.block else None,
-        "scale": (f.scale.name or f.scale.kind) if f.scale else None,
+        "scale": f.scale.label if f.scale else None,
         "scale_rule": f.scale_rule.method,
         "targets": f.targets if f.scale else None,
         "tensor_scale": f.tensor_scale,
@@ -180,7 +180,7 @@ def _validate_one(path: str, kind: str) -> list[str]:
 
     fmt = load_format(path)
     smoke_check(fmt, path)
-    lines = [f"ok: {path}: format '{fmt.name}' ({fmt.element.name or fmt.element.kind}, "
+    lines = [f"ok: {path}: format '{fmt.name}' ({fmt.element.label}, "
              f"{float32_text(fmt.bits_per_element)} bits/element)",
              f"  element: {grid_text(fmt.element)}"]
     note = twin_note(fmt.element)

@@ -46,9 +46,9 @@ def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
     from fp4lab.hwspec.native import route
 
     f = get_format(fmt_name)
-    el = f.element.name
-    sc = _SCALE_ALIASES.get(f.scale.name, f.scale.name) if f.scale else None
-    block = f.block.shape[-1] if f.block else None
+    el = f.element.label
+    sc = _SCALE_ALIASES.get(f.scale.label, f.scale.label) if f.scale else None
+    block = "x".join(map(str, f.block.shape)) if f.block else None
     r = route(spec, f)  # decided from the grid's values, the scale's values and the block
     note = r.note if r.how in ("native", "exact") else f"not native ({el}, {sc}, block {block}): {r.note}"
     return {"format": f.name, "native": r.how == "native", "route": r.how, "kind": r.kind,
@@ -148,7 +148,8 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
         p = cost["peak_tflops"]
         rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
         how = {"native": "native", "exact": f"exact as {cost['element']}"}.get(cost["route"], "not native")
-        con.print(Text(f"format {cost['format']}: {how}, kind {cost['kind']}, {rate}. {cost['note']}"))
+        kind = f"kind {cost['kind']}" if cost["kind"] else "no kind runs it"
+        con.print(Text(f"format {cost['format']}: {how}, {kind}, {rate}. {cost['note']}"))
     return 0
 
 

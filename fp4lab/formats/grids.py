@@ -69,6 +69,15 @@ class _GridBase(SpecModel):
         raise NotImplementedError
 
     @property
+    def label(self) -> str:
+        """``name``, else one made from the fields for display: ``e1m2`` / ``ue2m1`` (float), ``int4``, ``table4``."""
+        if self.name:
+            return self.name
+        if isinstance(self, FloatGrid):
+            return f"{'' if self.signed else 'u'}e{self.exponent_bits}m{self.mantissa_bits}"
+        return f"{self.kind}{self.bits}"
+
+    @property
     def n_codes(self) -> int:
         return 1 << self.bits
 

@@ -59,6 +59,16 @@ class ScaleFormat(SpecModel):
         return self
 
     @property
+    def label(self) -> str:
+        """``name``, else one made from the fields for display: ``ue3m2`` / ``e4m3`` (float), ``e5m0`` (pow2),
+        ``fp32``, ``bf16``."""
+        if self.name:
+            return self.name
+        if self.kind == "float":
+            return f"{'' if self.signed else 'u'}e{self.exponent_bits}m{self.mantissa_bits}"
+        return f"e{self.exponent_bits}m0" if self.kind == "pow2" else self.kind
+
+    @property
     def tabulated(self) -> bool:
         """Whether codes index a table of decoded values (``TABLE_KINDS``: pow2, float), ``decode(arange(
         n_codes))``; fp32 / bf16 codes are the IEEE bit patterns themselves."""
