@@ -99,6 +99,16 @@ def test_show_names_an_unnamed_grid_and_scale_from_their_fields(capsys, tmp_path
     assert code == 0 and (rep["element"], rep["scale"]) == ("int4", "ue3m2")  # not "int" and "float"
 
 
+def test_show_prints_the_scale_rule_as_fields_not_a_python_dict(capsys):
+    code, out, _ = run(capsys, "show", "mxfp4")
+    rule = next(line for line in out.splitlines() if line.startswith("scale rule:"))
+    assert code == 0 and "{" not in rule and "'" not in rule
+    assert "method = floor" in rule and "scale_rounding = rtne" in rule
+    assert "the tie goes to the level below" in " ".join(out.split())  # what 0.750000060 as an edge means
+    code, out, _ = run(capsys, "show", "e2m1")  # element-only: no rule applies
+    assert "scale rule: none" in out and "method" not in out
+
+
 def test_show_unknown_format_is_one_line_error(capsys):
     code, out, err = run(capsys, "show", "nope")
     assert code == 2 and out == ""

@@ -40,7 +40,8 @@ def assert_fits(out: str) -> None:
     assert "…" not in out  # rich's mark of a cut cell
 
 
-@pytest.mark.parametrize("argv", [["formats"], ["hw", "list"], ["hw", "show", "blackwell-sm100", "--format", "ufp4"]]
+@pytest.mark.parametrize("argv", [["formats"], ["hw", "list"], ["hw", "show", "blackwell-sm100", "--format", "ufp4"],
+                                  ["show", "nvfp4"], ["show", "nf4-b64-fp32"]]
                          + [["hw", "show", name] for name in fp4lab.list_hw()])
 def test_tables_fit_80_columns(capsys, monkeypatch, argv):
     assert_fits(run(capsys, monkeypatch, *argv))

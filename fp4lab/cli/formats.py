@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from typing import Any
 
 from fp4lab.errors import Fp4labError
@@ -95,12 +96,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     con = _console()
-    # Text objects, no markup and no wrapping: linear in the lengths of the name and description
-    con.print(Text.assemble((rep["name"], "bold"), ": ", rep["description"]), soft_wrap=True)
-    con.print(Text(f"block {rep['block'] or '-'}, scale {rep['scale'] or '-'} by rule '{rep['scale_rule']}', "
-                   f"tensor scale {rep['tensor_scale']}, rounding {rep['rounding']}, "
-                   f"{rep['bits_per_element']:.4g} bits/element"), soft_wrap=True)
-    table = Table(header_style="bold", title=Text(f"element grid '{rep['element']}'"))
+    width = max(con.width, 40)
+    # Text objects, no markup, wrapped by textwrap: linear in the lengths of the name and description
+    head = Text(textwrap.fill(rep["name"] + (f": {rep['description']}" if rep["description"] else ""), width=width,
+                              break_on_hyphens=False))
+    head.stylize("bold", 0, len(rep["name"]))
+    con.print(head, soft_wrap=True)
+    con.print(Text(textwrap.fill(f"block {rep['block'] or '-'}, scale {rep['scale'] or '-'} by rule "
+                                 f"'{rep['scale_rule']}', tensor scale {rep['tensor_scale']}, rounding "
+                                 f"{rep['rounding']}, {rep['bits_per_element']:.4g} bits/element", width=width)),
+              soft_wrap=True)
+    table = Table(header_style="bold", title=Text(f"element grid '{rep['element']}'"),
+                  caption=Text("lower edge: the smallest float32 x/s that rounds to the level (an edge one float32 "
+                               "above a midpoint: the tie goes to the level below)"), caption_justify="left")
     for col in ("level", "code", "RTNE bin (lower edge)", "shrinkage bias (l-r)/2"):
         table.add_column(col, justify="right")
     edges = [None] + rep["bin_edges_rtne"]
@@ -108,7 +116,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         table.add_row(f"{lv:g}", f"0x{code:X}", "-" if edge is None else f"{edge:.9g}",
                       f"{bias:+.6g}")
     con.print(table)
-    con.print(Text(f"scale rule: {rep['scale_rule_spec']}"), soft_wrap=True)
+    rule = ", ".join(f"{k} = {v}" for k, v in rep["scale_rule_spec"].items()) if rep["block"] else \
+        "none (no block scale: elements are stored as they round)"
+    con.print(Text(textwrap.fill(f"scale rule: {rule}", width=width, subsequent_indent="  ",
+                                 break_long_words=False, break_on_hyphens=False)), soft_wrap=True)
     return 0
 
 
