@@ -1,6 +1,8 @@
 """The core CLI commands: formats, show, spec validate, schema."""
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,3 +237,55 @@ def test_warnings_from_fp4lab_code_fail_the_suite():
     with warnings.catch_warnings(record=True) as seen:  # filters kept: a warning from elsewhere is no error
         warnings.warn_explicit("elsewhere", DeprecationWarning, "other/x.py", 1, module="other.x")
     assert len(seen) == 1
+
+
+def _doc_commands() -> list[tuple[str, str]]:
+    """(file, command) for every ``fp4lab ...`` code span and code-block line of README.md and docs/*.md."""
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = path.read_text()
+        spans = re.findall(r"`(fp4lab [^`\n]+)`", text)
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M):
+            for line in block.splitlines():
+                spans += [c.strip() for c in re.split(r"&&|;", line.split(" #")[0]) if c.strip().startswith("fp4lab ")]
+        found += [(path.name, s) for s in spans]
+    return found
+
+
+def test_every_option_the_docs_give_a_command_is_an_option_of_that_command():
+    """``fp4lab compare --formats X`` in a doc would fail for the reader: each ``--option`` written after a
+    command must be one of that (sub)command's options."""
+    import argparse
+
+    from fp4lab.cli.app import build_parser
+
+    def options_of(words: list[str]) -> tuple[str, set[str]]:
+        parser, path = build_parser(), ["fp4lab"]
+        for word in words:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if not subs or word not in subs[0].choices:
+                break
+            parser, path = subs[0].choices[word], path + [word]
+        return " ".join(path), set(parser._option_string_actions)
+
+    commands = _doc_commands()
+    assert len(commands) > 30
+    wrong = []
+    for file, cmd in commands:
+        words = [w.strip("[]") for w in cmd.split()[1:]]  # a synopsis writes [--option VALUE]
+        where, known = options_of(words)
+        wrong += [f"{file}: `{cmd}`: {where} has no {w.split('=')[0]}" for w in words
+                  if w.startswith("--") and w.split("=")[0] not in known]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_compare_md_synopsis_lists_every_option_of_compare():
+    from fp4lab.cli.app import build_parser
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "compare.md").read_text()
+    synopsis = re.search(r"^```\n(fp4lab compare \[FORMAT.*?)^```", text, flags=re.S | re.M).group(1)
+    compare = build_parser()._subparsers._group_actions[0].choices["compare"]
+    options = {a.option_strings[-1] for a in compare._actions if a.option_strings and a.dest != "help"}
+    written = {w.strip("[]") for w in synopsis.split()}
+    assert options <= written, options - written
