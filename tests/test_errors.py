@@ -185,6 +185,21 @@ def test_misspelt_option_suggests_the_closest(capsys):
     assert "(did you mean '--rht-seed'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["compare", "--rounding", "foo"], "--rounding"),
+    (["compare", "--rht-seed", str(2**64)], "--rht-seed"),
+    (["sr-bias", "--rht-seed", "x"], "--rht-seed"),
+])
+def test_bad_option_values_are_refused_by_the_option_before_any_work(capsys, argv, option):
+    """Not later by ``quantize`` under its own argument names, after the inputs were generated."""
+    from fp4lab.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"error: argument {option}:" in err and "quantize" not in err
+
+
 BARE = {"ValueError", "KeyError", "LookupError", "RuntimeError", "IndexError", "Exception"}
 
 

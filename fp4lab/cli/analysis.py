@@ -40,6 +40,17 @@ def input_seed(text: str) -> int:
     return seed
 
 
+def philox_seed(text: str) -> int:
+    """A Philox seed (RHT signs, stochastic rounding): an integer in [-2**63, 2**64), as ``quantize`` takes."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = 2**64
+    if not -2**63 <= seed < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer in [-2**63, 2**64), got '{text[:40]}'")
+    return seed
+
+
 def _fmt(v: Any, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
@@ -372,8 +383,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shape", type=_shape, default=None,
                    help=f"shape of synthetic inputs (default: {'x'.join(map(str, DEFAULT_SHAPE))})")
     p.add_argument("--seed", type=input_seed, default=0, help="input generator seed (default 0)")
-    p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
-    p.add_argument("--rounding", default=None,
+    p.add_argument("--rht-seed", type=philox_seed, default=0, help="RHT sign seed (default 0)")
+    p.add_argument("--rounding", default=None, choices=ROUNDING_MODES, metavar="MODE",
                    help=f"override every format's rounding ({', '.join(ROUNDING_MODES)})")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="numpy reference or numba emulator (same bits; default auto: the reference up to "
@@ -427,7 +438,7 @@ def register(subparsers: Any) -> None:
                    help="distribution specs name[:k=v,...] (default: gaussian laplace student-t:nu=3)")
     p.add_argument("--shape", type=_shape, default=(256, 2048), help="input shape ROWSxCOLS (default 256x2048)")
     p.add_argument("--rht", type=int, default=None, help="RHT size applied before quantizing (default: none)")
-    p.add_argument("--rht-seed", type=int, default=0, help="RHT sign seed (default 0)")
+    p.add_argument("--rht-seed", type=philox_seed, default=0, help="RHT sign seed (default 0)")
     p.add_argument("--data-seed", type=input_seed, default=0, help="input generator seed (default 0)")
     add_json_options(p)
     p.set_defaults(func=sr_bias_main)
