@@ -583,6 +583,21 @@ def test_verify_plan_fakequant_cases():
         plan_cases(["mxfp4"], 1000, ops=("dequantize",))
 
 
+def test_verify_elements_help_states_the_planned_minimum_case_size():
+    """``--elements`` is a target: each case has a minimum size, so a small target is exceeded; the help says by
+    how much each case takes, as planned."""
+    import argparse
+
+    from fp4lab.cli.app import build_parser
+    from fp4lab.kernels.verify import plan_cases
+
+    verify = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["verify"]
+    help_text = next(a.help for a in verify._actions if "--elements" in a.option_strings)
+    smallest = min(c.elements for c in plan_cases(ALL, 1))
+    assert f"at least {smallest}" in help_text and "total elements" not in help_text
+    assert sum(c.elements for c in plan_cases(["ufp4"], 1000)) > 1000
+
+
 def test_verify_fakequant_case_reports_first_mismatch():
     from fp4lab.kernels.verify import (
         fakequant_kernel_fields,

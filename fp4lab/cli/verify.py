@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bf16 and fp32 outputs) and compare both outputs and tensor scales. Exit code 1 on any mismatch. "
         "The tensor-core (MMA) model is checked by fp4lab hw verify.")
     p.add_argument("--formats", nargs="+", default=None, help="format names or spec files (default: all registered)")
-    p.add_argument("--elements", type=float, default=2e5, help="total elements over all cases (default 2e5)")
+    p.add_argument("--elements", type=float, default=2e5,
+                   help="elements to aim for over all cases (default 2e5); every case takes at least 16384, so a "
+                   "run of several formats can take more (the table counts them)")
     p.add_argument("--device", choices=("cuda", "interpreter"), default=None,
                    help="cuda (needs a GPU) or interpreter (TRITON_INTERPRET=1 on CPU); default: cuda if available")
     p.add_argument("--ops", nargs="+", choices=("quantize", "fakequant"), default=["quantize", "fakequant"],
