@@ -48,6 +48,21 @@ def test_live_agreement_rows():
     assert rows[("nvfp4", "torchao 0.18 nvfp4_quantize")]["cases"]["subnormal"] != "match"  # 2^-6 clamp
 
 
+def test_agreement_rows_cover_the_given_formats_only(tmp_path):
+    """A run on spec files compares no library; one on a built-in keeps that built-in's rows; a
+    spec file that takes a built-in's name with another definition gets none."""
+    spec = tmp_path / "mine.toml"
+    spec.write_text('name = "mine"\nelement = "e1m2"\nblock = { shape = [16] }\nscale = "fp32"\n'
+                    '[scale_rule]\nmethod = "amax"\n')
+    impostor = tmp_path / "impostor.toml"
+    impostor.write_text('name = "e2m1"\nelement = "e1m2"\n')
+    C.write_vectors(tmp_path / "a", formats=(str(spec), str(impostor)))
+    assert json.loads((tmp_path / "a" / "library_agreement.json").read_text()) == []
+    C.write_vectors(tmp_path / "b", formats=(str(spec), "e2m1"))
+    rows = json.loads((tmp_path / "b" / "library_agreement.json").read_text())
+    assert [(r["format"], r["status"]) for r in rows] == [("e2m1", "agrees")]
+
+
 def test_mode_lists_are_rounding_modes():
     """The conformance vectors and the help of ``compare --rounding`` name every mode of ROUNDING_MODES, in order."""
     from fp4lab.cli import analysis as cli

@@ -171,12 +171,20 @@ DOCUMENTED: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def agreement_table(progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def agreement_table(progress: Callable[[str], None] | None = None,
+                    formats: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Rows ``{format, rounding, library, status, note, cases}``: ``status`` is ``agrees`` (bit for bit on every case),
     ``partial``, ``differs``, ``not installed`` or ``documented``; ``cases`` maps case -> ``"match"`` or the number
-    of mismatching element codes / scale codes, or ``"error: ..."``."""
+    of mismatching element codes / scale codes, or ``"error: ..."``. ``formats`` (``{name: QuantFormat}``, as
+    ``write_vectors`` resolves them) keeps the rows of the built-ins among them (a spec file that reuses a
+    built-in's name but not its definition gets none); None: every row."""
+    def wanted(name: str) -> bool:
+        return formats is None or (name in formats and formats[name] == fp4lab.get_format(name))
+
     rows: list[dict[str, Any]] = []
     for name, mode, label, factory, note in LIVE_CHECKS:
+        if not wanted(name):
+            continue
         runner = factory()
         if runner is None:
             rows.append({"format": name, "rounding": mode, "library": label, "status": "not installed",
@@ -202,8 +210,9 @@ def agreement_table(progress: Callable[[str], None] | None = None) -> list[dict[
         if progress is not None:
             progress(f"{name} vs {label}")
     for name, label, note in DOCUMENTED:
-        rows.append({"format": name, "rounding": "rtne", "library": label, "status": "documented", "note": note,
-                     "cases": {}})
+        if wanted(name):
+            rows.append({"format": name, "rounding": "rtne", "library": label, "status": "documented",
+                         "note": note, "cases": {}})
     return rows
 
 
@@ -330,7 +339,7 @@ def write_vectors(out_dir: str | Path, formats: tuple[Any, ...] = BUILTIN_NAMES,
             index["cases"] = desc
             if progress is not None:
                 progress(name)
-        rows = agreement_table(progress)
+        rows = agreement_table(progress, fmts)
         (stage / "library_agreement.json").write_text(json.dumps(rows, indent=1))
         (stage / "library_agreement.md").write_text(agreement_markdown(rows))
         (stage / "index.json").write_text(json.dumps(index, indent=1))

@@ -274,9 +274,10 @@ def conformance_main(args: argparse.Namespace) -> int:
 
     formats = tuple(args.formats) if args.formats else BUILTIN_NAMES
     out = _check_out_dir(args.out, args.overwrite)  # refuse before any work
-    _resolve_formats(formats)
+    names = set(_resolve_formats(formats))
     check_json_out(args, "conformance")
-    ctx, advance = _progress(len(formats) + len(LIVE_CHECKS), not args.json and sys.stderr.isatty(), "conformance")
+    checks = sum(name in names for name, *_ in LIVE_CHECKS)
+    ctx, advance = _progress(len(formats) + checks, not args.json and sys.stderr.isatty(), "conformance")
     with ctx:
         index = write_vectors(out, formats, progress=advance, overwrite=args.overwrite)
     rows = json.loads((out / "library_agreement.json").read_text())
@@ -297,7 +298,10 @@ def conformance_main(args: argparse.Namespace) -> int:
         n = sum(v == "match" for v in r["cases"].values())
         table.add_row(escape(r["format"]), r["rounding"], escape(r["library"]), r["status"],
                       f"{n}/{len(r['cases'])}" if r["cases"] else "—")
-    console.print(table)
+    if rows:
+        console.print(table)
+    else:
+        console.print(Text("library agreement: no library implements these formats (rows exist for built-ins only)"))
     console.print(Text(f"golden vectors for {len(index['formats'])} formats x {len(index['roundings'])} roundings "
                        f"x {len(index['cases'])} cases written to {out} (index.json, library_agreement.md)"),
                   soft_wrap=True)
@@ -413,7 +417,8 @@ def register(subparsers: Any) -> None:
         "conformance", help="write golden vectors for every built-in format and a library-agreement table",
         description="Write <format>.npz golden vectors (inputs, codes, scale codes, tensor scale, dequantized "
         "values; every rounding mode and edge case), index.json, and library_agreement.{json,md} comparing the "
-        "built-ins bit for bit with ml_dtypes and torchao where installed. Layout: fp4lab.analysis.conformance.")
+        "given built-ins bit for bit with ml_dtypes and torchao where installed. Layout: "
+        "fp4lab.analysis.conformance.")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing; files are "
                    "named after the formats and go only there; a folder that is not empty needs --overwrite)")
     p.add_argument("--overwrite", action="store_true",
