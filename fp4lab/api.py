@@ -73,6 +73,7 @@ def quantize(
     rht_seed: int = 0,
     *,
     sr_bits: int = 24,
+    options: QuantizeOptions | None = None,
 ) -> QuantizedTensor:
     """Quantize ``x`` (numpy array or torch tensor) with format ``fmt`` (name, spec-file path or QuantFormat).
 
@@ -81,10 +82,19 @@ def quantize(
     ``rht``: rotate along the blocked axis with ``fp4lab.rht(size=rht, seed=rht_seed)`` before scaling.
     ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
     The arguments become one ``fp4lab.QuantizeOptions`` (which checks them: one-line ``InputError``s) that the
-    backend takes.
+    backend takes; ``options`` gives that record instead of the arguments (not both).
     """
     fmt = get_format(fmt)
-    options = QuantizeOptions(rounding, seed, axis, rht, rht_seed, sr_bits)
+    given = (rounding, seed, axis, rht, rht_seed, sr_bits)
+    if isinstance(rounding, QuantizeOptions) and options is None:
+        raise InputError("quantize: a QuantizeOptions goes in as options=..., not in place of rounding")
+    if options is not None:
+        if not isinstance(options, QuantizeOptions):
+            raise InputError(f"quantize: options must be a QuantizeOptions, got {type(options).__name__}")
+        if given != (None, 0, -1, None, 0, 24):
+            raise InputError("quantize: give the options either as arguments or as one QuantizeOptions, not both")
+    else:
+        options = QuantizeOptions(*given)
     if _is_torch(x) and x.is_cuda:
         from fp4lab.kernels.api import quantize_cuda
 

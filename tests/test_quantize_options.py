@@ -71,6 +71,24 @@ def test_bad_values_give_the_one_line_error_of_quantize(bad):
     assert "\n" not in msg and msg.startswith("quantize: ") and next(iter(bad)) in msg, msg
 
 
+def test_fp4lab_quantize_takes_the_record_as_options():
+    """README's ``opts = fp4lab.QuantizeOptions(...)`` goes into ``fp4lab.quantize(x, fmt, options=opts)`` with the
+    bits of the same arguments; the record and the arguments together, or the record in rounding's place, are one
+    clear line each."""
+    x = make_input("random", 32, 64, seed=2)
+    opts = QuantizeOptions(rounding="sr", seed=7, rht=16, sr_bits=8)
+    got = fp4lab.quantize(x, "nvfp4", options=opts)
+    want = fp4lab.quantize(x, "nvfp4", rounding="sr", seed=7, rht=16, sr_bits=8)
+    assert same_bits(got.codes, want.codes) and same_bits(got.scale_codes, want.scale_codes)
+    assert (got.rounding, got.seed, got.rht) == ("sr", 7, 16)
+    with pytest.raises(InputError, match="not both"):
+        fp4lab.quantize(x, "nvfp4", seed=3, options=opts)
+    with pytest.raises(InputError, match=r"goes in as options=\.\.\., not in place of rounding"):
+        fp4lab.quantize(x, "nvfp4", opts)
+    with pytest.raises(InputError, match="options must be a QuantizeOptions, got dict"):
+        fp4lab.quantize(x, "nvfp4", options={"rounding": "sr"})
+
+
 def test_backends_take_only_the_record():
     x = np.ones((2, 32), F32)
     fmt = fp4lab.get_format("nvfp4")
