@@ -60,6 +60,9 @@ def test_rubin_inherits_blackwell_and_is_all_assumed():
     assert int(k.accumulation.frac_bits) == int(kb.accumulation.frac_bits) == 35
     assert "blackwell-sm100" in k.accumulation.frac_bits.source
     assert k.peak_tflops.value != kb.peak_tflops.value  # rubin overrides its own rate
+    for name, kind in rubin.kinds.items():  # the kinds themselves too (hw show prints a provenance per kind)
+        assert kind.provenance == "assumed", name
+        assert kind.source.startswith("assumed: same as blackwell-sm100") or name == "tcgen05.mxf4nvf4", name
 
 
 def test_cdna4_internals_are_flagged_unknown():

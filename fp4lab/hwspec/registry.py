@@ -7,8 +7,8 @@ Loader conveniences (all resolved before validation, so the model always holds f
   default to the spec's);
 * ``extends = "other-kind"`` inside a kind starts from that kind of the same file and deep-merges the rest;
 * ``inherits = "parent-spec"`` at the top starts from the parent spec's kinds and native combos; when the child's
-  ``provenance`` is "assumed" or "unknown", every inherited number takes that provenance and a source naming
-  the parent (a guess stays marked as a guess).
+  ``provenance`` is "assumed" or "unknown", every inherited kind and number takes that provenance and a source
+  naming the parent (a guess stays marked as a guess).
 """
 
 from __future__ import annotations
@@ -115,8 +115,10 @@ def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
             raise SpecError(f"{where}: 'inherits' cycle through {parent!r}")
         praw = _resolve(_read_raw(_builtin_path(parent, where)), parent, seen + (raw["name"],))
         pk = praw["kinds"]
-        if raw["provenance"] in _WEAK:
-            pk = _weaken(pk, raw["provenance"], parent)
+        if raw["provenance"] in _WEAK:  # the kinds' own provenance too: `hw show` prints it per kind
+            prov = raw["provenance"]
+            pk = {n: {**_weaken(kd, prov, parent), "provenance": prov,
+                      "source": f"{prov}: same as {parent} ({kd['source']})"} for n, kd in pk.items()}
         kinds = {**pk, **{n: _merge(pk.get(n, {}), kd) for n, kd in kinds.items()}}
         out.setdefault("native", praw.get("native", []))
     out["kinds"] = kinds
