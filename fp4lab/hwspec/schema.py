@@ -446,7 +446,8 @@ def file_schema() -> dict[str, Any]:
     props = schema["properties"]
     props["inherits"] = {"enum": list(HW.builtin_names), "description": "Start from this built-in spec's kinds (merged "
                          "with this file's kinds of the same name) and native combos (unless 'native' is given); "
-                         "with provenance 'assumed' or 'unknown', every inherited number takes that provenance."}
+                         "with provenance 'assumed' or 'unknown', every inherited kind and number takes that "
+                         "provenance."}
     props["kinds"]["description"] = "MMA instruction kinds by name. Default: none (or the inherited ones)."
     schema["required"] = [r for r in schema["required"] if r != "kinds"]
     schema["allOf"] = [{"if": {"not": {"required": ["inherits"]}},
