@@ -15,6 +15,8 @@ from fp4lab.formats.floats import float32_text
 
 SPEC = ('name = "my-e1m2-b32"\nelement = "e1m2"\nblock = { shape = [32] }\nscale = "ue4m3"\ntensor_scale = "amax"\n'
         '[scale_rule]\nmethod = "amax"\nelement_scaling = "reciprocal"\n')
+UNIT_FIRST = re.compile(r"\s*(dB|bits/element)\b")  # a line that starts with a unit lost its number
+NUMBER_LAST = re.compile(r"(^|[\s(])[-+]?[\d.]+$")  # a line that ends in a bare number lost its unit
 SMALL = ["--dist", "gaussian", "laplace", "--shape", "16x256", "--rht", "0,16"]
 
 
@@ -151,6 +153,23 @@ def test_compare_verdict_lines_wrap_with_a_hanging_indent(capsys, monkeypatch):
     for line in block[1:]:
         assert line.startswith("    ") or line.startswith("  among ")
     assert "int4-b32-e8m0" in " ".join(block) and "ufp4-e8m0" in " ".join(block)  # never "int4-b32-" + "e8m0"
+    for line in block:  # a number and its unit stay on one line
+        assert not UNIT_FIRST.match(line) and not NUMBER_LAST.search(line), line
+
+
+def test_compare_verdict_keeps_a_number_with_its_unit():
+    """Wherever the wrap point falls, "21.97 dB" and "6 bits/element" move as one word."""
+    import io
+
+    from fp4lab.cli.analysis import _print_hanging
+    from fp4lab.cli.tables import console
+
+    for pad in range(1, 40):
+        buf = io.StringIO()
+        _print_hanging(console(width=60, file=buf), "v" * pad + " best SQNR ufp4 (6 bits/element, RHT 16): 21.97 dB; "
+                       "smallest |bias| ufp4 (6 bits/element, no RHT): -0.0394% of the block amax", "    ")
+        for line in buf.getvalue().splitlines():
+            assert not UNIT_FIRST.match(line) and not NUMBER_LAST.search(line), (pad, line)
 
 
 def test_plot_has_legend_shared_scale_and_measured_bias_for_spec_files(monkeypatch, tmp_path, spec):

@@ -154,19 +154,20 @@ def _verdict_parts(verdict: dict[str, Any], names: dict[str, str], bits: dict[st
 
 def _print_hanging(con: Any, line: str, indent: str) -> None:
     """``line`` wrapped at spaces to the console width, each "; "-separated part on a new line, continuation lines
-    indented by ``indent`` (format names and paths are never split, even at hyphens)."""
+    indented by ``indent`` (format names and paths are never split, even at hyphens, nor a number from its unit)."""
+    import re
     import textwrap
 
     from rich.text import Text
 
     width = max(con.width, 40)
-    parts = line.split("; ")
+    parts = re.sub(r"(\d) (dB|bits/element)", "\\1\u00a0\\2", line).split("; ")  # a number keeps its unit
     out = []
     for i, part in enumerate(parts):
         out.append(textwrap.fill(part + (";" if i < len(parts) - 1 else ""), width=width,
                                  initial_indent=indent if i else "", subsequent_indent=indent,
                                  break_long_words=False, break_on_hyphens=False))
-    con.print(Text("\n".join(out)), soft_wrap=True)
+    con.print(Text("\n".join(out).replace("\u00a0", " ")), soft_wrap=True)
 
 
 def _print_compare(result: dict[str, Any], plot: str | None) -> None:
