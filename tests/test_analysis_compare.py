@@ -86,6 +86,18 @@ def test_compare_names_the_input_a_block_or_rht_size_does_not_divide_before_any_
     assert done == []  # refused before the first case
 
 
+def test_compare_runs_a_format_input_or_rht_size_given_twice_once():
+    """``compare ufp4 ufp4 --dist gaussian gaussian --rht 0,16,16`` printed every row four times."""
+    once = run_compare(CompareConfig(formats=["ufp4", "nvfp4"], inputs=["gaussian", "laplace"], rht=[0, 16],
+                                     shape=(4, 64)))
+    twice = run_compare(CompareConfig(formats=["ufp4", "nvfp4", "ufp4"], inputs=["gaussian", "laplace", "gaussian"],
+                                      rht=[0, 16, 16], shape=(4, 64)))
+    assert twice["config"]["formats"] == ["ufp4", "nvfp4"] and twice["config"]["inputs"] == ["gaussian", "laplace"]
+    assert twice["config"]["rht"] == [0, 16]
+    key = lambda doc: [(r["format"], r["input"], r["rht"], r["sqnr_db"]) for r in doc["results"]]  # noqa: E731
+    assert key(twice) == key(once) and len(key(once)) == 8
+
+
 def test_cli_json_only_and_plot(tmp_path, capsys):
     png = tmp_path / "grids.png"
     rc = _run_cli(["compare", "ufp4", "nvfp4", "--dist", "laplace", "--rht", "0,32", "--shape", "16x64",

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -215,16 +215,28 @@ def check_shapes(inputs: list[tuple[str, np.ndarray]], fmts: dict[str, Any], rht
                                  "give --rht sizes that divide it")
 
 
+def unique(config: CompareConfig) -> CompareConfig:
+    """``config`` with repeated formats, inputs and RHT sizes given once (the first place each was given)."""
+    return replace(config, formats=list(dict.fromkeys(config.formats)), inputs=list(dict.fromkeys(config.inputs)),
+                   rht=list(dict.fromkeys(config.rht)))
+
+
 def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run every (format, input, rht) case of ``config``; ``progress(label)`` is called after each case."""
+    """Run every (format, input, rht) case of ``config``, each once (a format, input or RHT size given twice, or
+    two input specs naming the same distribution, run once); ``progress(label)`` is called after each case."""
     start = time.perf_counter()
+    config = unique(config)
     fmts = {name: get_format(name) for name in config.formats}
     for r in config.rht:
         if r not in (0, 16, 32, 64, 128, 256):
             raise InputError(f"compare: RHT size {r} is not allowed; use 0 (none), 16, 32, 64, 128 or 256")
     if config.backend not in BACKENDS:  # before any input is loaded
         raise InputError(f"compare: backend must be one of {', '.join(BACKENDS)}, got {config.backend!r}"[:200])
-    inputs = [load_input(spec, tuple(config.shape), config.seed) for spec in config.inputs]
+    loaded: dict[str, np.ndarray] = {}
+    for spec in config.inputs:
+        label, x = load_input(spec, tuple(config.shape), config.seed)
+        loaded.setdefault(label, x)
+    inputs = list(loaded.items())
     check_shapes(inputs, fmts, config.rht)
     backend = choose_backend(config, sum(x.size for _, x in inputs))
     results: list[dict[str, Any]] = []
@@ -261,4 +273,5 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
 
 def n_cases(config: CompareConfig) -> int:
     """Number of (format, input, rht) cases ``run_compare`` evaluates."""
+    config = unique(config)
     return len(config.formats) * len(config.inputs) * len(config.rht)
