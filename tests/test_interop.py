@@ -288,3 +288,19 @@ def test_interop_imports_no_foreign_library():
             "print([m for m in ('torch', 'torchao', 'ml_dtypes', 'triton') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_errors_name_an_unnamed_grid_and_scale_by_their_fields():
+    """A spec file's grid and scale without names are called what their fields say (int4, ue3m2), not "4-bit grid"
+    or "float scale"."""
+    x = np.ones((2, 32), np.float32)
+    grid = QuantFormat.model_validate({"name": "g", "block": {"shape": [16]}, "scale": "fp32",
+                                       "scale_rule": {"method": "amax"},
+                                       "element": {"kind": "int", "bits": 4, "range": "twos_complement", "step": 0.5}})
+    with pytest.raises(InputError, match="element grid 'int4' is not torch.float4_e2m1fn_x2"):
+        interop.to_torch(fp4lab.quantize(x, grid))
+    scale = QuantFormat.model_validate({"name": "s", "element": "e2m1", "block": {"shape": [16]},
+                                        "scale_rule": {"method": "amax"},
+                                        "scale": {"kind": "float", "exponent_bits": 3, "mantissa_bits": 2}})
+    with pytest.raises(InputError, match="block scale 'ue3m2' is none of"):
+        interop.to_torch(fp4lab.quantize(x, scale))

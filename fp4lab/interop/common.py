@@ -40,7 +40,7 @@ def match_element(fmt: QuantFormat, tables: dict[str, np.ndarray], library: str,
     for name, theirs in same_width.items():
         if theirs.size == ours.size and _same_bits(ours, theirs).all():
             return name
-    grid = fmt.element.name or f"{fmt.element.bits}-bit grid"
+    grid = fmt.element.label
     if not same_width:
         widths = sorted({int(np.log2(t.size)) for t in tables.values()})
         raise InputError(f"{what}: format '{fmt.name}' has {fmt.element.bits}-bit element codes ({grid}); {library} "
@@ -68,7 +68,7 @@ def match_scale(fmt: QuantFormat, tables: dict[str, np.ndarray], ieee: dict[str,
     for name, theirs in tables.items():
         if s.bits <= 8 and _same_bits(ours, theirs[codes]).all():
             return name
-    sname = s.name or f"{s.kind} scale"
+    sname = s.label
     if s.bits > 8:
         raise InputError(f"{what}: format '{fmt.name}' stores {s.bits}-bit {sname} block scales; no {library} type "
                          "holds them")
