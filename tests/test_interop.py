@@ -304,3 +304,14 @@ def test_errors_name_an_unnamed_grid_and_scale_by_their_fields():
                                         "scale": {"kind": "float", "exponent_bits": 3, "mantissa_bits": 2}})
     with pytest.raises(InputError, match="block scale 'ue3m2' is none of"):
         interop.to_torch(fp4lab.quantize(x, scale))
+
+
+def test_first_torchao_use_prints_nothing():
+    """A fresh process that converts to torchao and runs the conformance checks against it writes nothing to
+    stderr: torchao's "Failed to load" lines for CUDA extensions on a CPU-only machine and torch's notes on its
+    enums are not fp4lab's findings."""
+    code = ("import numpy as np, fp4lab; from fp4lab import interop; from fp4lab.analysis import conformance as C; "
+            "interop.to_torchao(fp4lab.quantize(np.ones((2, 32), np.float32), 'mxfp4')); "
+            "C._torchao_mx('FLOOR'); C._torchao_nvfp4()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]

@@ -38,6 +38,7 @@ import fp4lab
 from fp4lab.errors import OutputError
 from fp4lab.formats.grids import ROUNDING_MODES
 from fp4lab.formats.registry import BUILTIN_NAMES
+from fp4lab.interop.common import quiet_import_logs
 from fp4lab.testing.bits import bit_patterns, mismatches
 from fp4lab.testing.inputs import make_inputs
 
@@ -111,8 +112,10 @@ def _ml_dtypes_cast(dtype_name: str) -> Callable[[np.ndarray], tuple[np.ndarray,
 def _torchao_mx(mode: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
     try:
         import torch
-        from torchao.prototype.mx_formats.config import ScaleCalculationMode
-        from torchao.prototype.mx_formats.mx_tensor import to_mx
+
+        with quiet_import_logs():
+            from torchao.prototype.mx_formats.config import ScaleCalculationMode
+            from torchao.prototype.mx_formats.mx_tensor import to_mx
     except ImportError:
         return None
     from fp4lab.emulator.pack import unpack_nibbles
@@ -126,7 +129,9 @@ def _torchao_mx(mode: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarra
 def _torchao_nvfp4() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
     try:
         import torch
-        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+
+        with quiet_import_logs():
+            from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
     except ImportError:
         return None
     from fp4lab.emulator.pack import unpack_nibbles

@@ -10,13 +10,33 @@ Nothing is matched by name.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+from typing import Any, Iterator
 
 import numpy as np
 
 from fp4lab.errors import InputError
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.quantized import QuantizedTensor
+
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+@contextlib.contextmanager
+def quiet_import_logs() -> Iterator[None]:
+    """Imports of torchao inside this block log nothing below ERROR: on a CPU-only machine torchao logs a
+    "Failed to load" line per CUDA extension and torch a deprecation note per torchao enum, none of which concerns
+    the conversion. Python warnings and errors still pass."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def e2m1_values() -> np.ndarray:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from fp4lab.errors import InputError
-from fp4lab.interop.common import require_1d_last_axis
+from fp4lab.interop.common import quiet_import_logs, require_1d_last_axis
 from fp4lab.interop.torch_dtypes import from_torch, to_torch, torch_dtypes
 from fp4lab.quantized import QuantizedTensor
 
@@ -32,8 +32,9 @@ _MX_ELEMENTS = (_FP4, "float8_e4m3fn", "float8_e5m2")
 
 def _classes() -> tuple[type, type]:
     try:
-        from torchao.prototype.mx_formats.mx_tensor import MXTensor
-        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
+        with quiet_import_logs():
+            from torchao.prototype.mx_formats.mx_tensor import MXTensor
+            from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
     except ImportError as exc:
         from fp4lab.errors import Fp4labError
 
@@ -79,7 +80,8 @@ def to_torchao(qt: QuantizedTensor, *, swizzle: bool = False, orig_dtype: Any = 
     qdata = tc.data.view(torch.uint8) if elem == _FP4 else tc.data
     od = torch.float32 if orig_dtype is None else orig_dtype
     if kind == "mx":
-        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+        with quiet_import_logs():
+            from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
 
         return MXTensor(qdata, scale, getattr(torch, elem), fmt.block_size, od, KernelPreference.EMULATED, None,
                         bool(swizzle))
