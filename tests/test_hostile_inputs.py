@@ -255,7 +255,7 @@ def test_argument_types_are_checked_before_the_backends():
 # ---- 5/6. conformance and plot outputs --------------------------------------------------------------------------
 @pytest.fixture
 def fast_conformance(monkeypatch):
-    monkeypatch.setattr(conformance, "agreement_table", lambda progress=None: [])
+    monkeypatch.setattr(conformance, "agreement_table", lambda progress=None, formats=None: [])
     monkeypatch.setattr(conformance, "LIVE_CHECKS", ())
 
 
