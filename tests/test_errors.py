@@ -74,6 +74,34 @@ def test_spec_errors_are_one_line_naming_file_and_field(case, tmp_path):
     assert expected in msg
 
 
+def test_a_spec_file_of_another_kind_says_which_kind_it_looks_like(tmp_path):
+    """An hwspec, format or recipe file handed to another kind's loader: the error names the kind it looks like
+    and the command that takes it; a file of the right kind with a typo gets no such note."""
+    from fp4lab.hwspec import load_hw
+    from fp4lab.recipes import load_recipe
+
+    hw = tmp_path / "hw.toml"
+    hw.write_text('name = "h"\nvendor = "v"\narch = "a"\nprovenance = "assumed"\nsource = "s"\n'
+                  'inherits = "hopper-sm90"\n')
+    fmt = tmp_path / "fmt.toml"
+    fmt.write_text('name = "f"\nelement = "e2m1"\n')
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text('name = "r"\nformat = "ufp4"\n')
+    with pytest.raises(SpecError, match=r"looks like an accelerator spec: try fp4lab hw show"):
+        fp4lab.load_format(hw)
+    with pytest.raises(SpecError, match=r"looks like a format spec: try fp4lab show"):
+        load_hw(fmt)
+    with pytest.raises(SpecError, match=r"looks like a format spec: try fp4lab show"):
+        load_recipe(fmt)
+    with pytest.raises(SpecError, match=r"looks like a training recipe: try fp4lab recipes show"):
+        fp4lab.load_format(recipe)
+    typo = tmp_path / "typo.toml"
+    typo.write_text('name = "t"\nelement = "e2m1"\nroundng = "rtne"\n')
+    with pytest.raises(SpecError) as info:
+        fp4lab.load_format(typo)
+    assert "looks like" not in str(info.value) and "\n" not in str(info.value)
+
+
 def test_missing_spec_file(tmp_path):
     with pytest.raises(SpecError, match=r"missing\.toml: spec file not found$"):
         fp4lab.load_format(tmp_path / "missing.toml")

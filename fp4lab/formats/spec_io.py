@@ -177,14 +177,33 @@ def read_spec_dict(path: str | Path, what: str = "spec") -> dict[str, Any]:
     return data
 
 
+# top-level keys that only one kind of spec file has -> that kind, and the commands that take it
+LOOKS_LIKE = ((("kinds", "inherits", "vendor"), "an accelerator spec",
+               "fp4lab hw show or fp4lab spec validate --kind hwspec"),
+              (("element",), "a format spec", "fp4lab show or fp4lab spec validate"),
+              (("format",), "a training recipe", "fp4lab recipes show"))
+
+
+def looks_like(data: Any, fields: set[str]) -> str:
+    """``"; the file looks like <kind>: try <commands>"`` when ``data`` has a top-level key of another kind
+    of spec file that ``fields`` (the expected kind's top-level names) lacks, else ``""``."""
+    if isinstance(data, dict):
+        for keys, what, commands in LOOKS_LIKE:
+            if any(key in data and key not in fields for key in keys):
+                return f"; the file looks like {what}: try {commands}"
+    return ""
+
+
 def validate_model(model: type[M], data: Any, where: str) -> M:
     """``model.model_validate(data)`` as a file's data: strict types (no numbers written as strings, no 0/1 for
     true/false) and field names as written in files (``bits``, not the Python attribute ``int_bits``); every
-    failure is a one-line ``SpecError`` starting with ``where``."""
+    failure is a one-line ``SpecError`` starting with ``where`` (naming the kind of spec file the data looks
+    like where that is another one: ``looks_like``)."""
     try:
         return model.model_validate(data, strict=True, by_alias=True, by_name=False)
     except ValidationError as err:
-        raise SpecError(validation_message(err, where, model)) from None
+        hint = looks_like(data, {f.alias or n for n, f in model.model_fields.items()})
+        raise SpecError(validation_message(err, where, model) + hint) from None
     except RecursionError:
         raise SpecError(f"{where}: nested too deeply") from None
     except (ArithmeticError, TypeError, AttributeError, LookupError, ValueError) as exc:  # a check that broke

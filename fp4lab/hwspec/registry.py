@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fp4lab.errors import SpecError, one_line
-from fp4lab.formats.spec_io import read_spec_dict, validate_model
+from fp4lab.formats.spec_io import looks_like, read_spec_dict, validate_model
 from fp4lab.hwspec.schema import HWSpec
 from fp4lab.registry import SpecRegistry
 
@@ -72,7 +72,7 @@ def _resolve(raw: dict, where: str, seen: tuple[str, ...] = ()) -> dict:
     """Resolve extends/inherits and expand numbers; returns a dict ready for HWSpec validation."""
     for req in ("name", "provenance", "source"):
         if req not in raw:
-            raise SpecError(f"{where}: missing top-level field {req!r}")
+            raise SpecError(f"{where}: missing top-level field {req!r}{looks_like(raw, set(HWSpec.model_fields))}")
         if not isinstance(raw[req], str):
             raise SpecError(f"{where}: field {req}: must be a string, got {type(raw[req]).__name__}")
     kinds_raw = raw.get("kinds", {})
