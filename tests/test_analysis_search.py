@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -65,3 +66,19 @@ def test_cli_search_json(capsys):
     assert args.func(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert list(doc["schemes"]) == ["fp32"] and doc["n_samples"] == 2048
+
+
+def test_cli_search_prints_the_re_measured_gap_in_significant_digits(capsys):
+    """The gap between the search's SQNR and the quantizer's is a few 1e-6 dB: "within 0.0000 dB" said nothing."""
+    ap = argparse.ArgumentParser(prog="fp4lab")
+    cli.register(ap.add_subparsers(dest="cmd"))
+    args = ap.parse_args(["search-grids", "--lattice", "8", "--scheme", "fp32", "--dist", "gaussian",
+                          "--shape", "8x256", "--json"])
+    assert args.func(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    gap = max(abs(r["verified_sqnr_db"] - r["sqnr_db"]) for r in doc["schemes"]["fp32"]["front"])
+    args = ap.parse_args(["search-grids", "--lattice", "8", "--scheme", "fp32", "--dist", "gaussian",
+                          "--shape", "8x256"])
+    assert args.func(args) == 0
+    printed = re.search(r"SQNR within (\S+) dB", capsys.readouterr().out).group(1)
+    assert float(printed) == pytest.approx(gap, rel=0.05, abs=1e-12)

@@ -256,7 +256,7 @@ def search_main(args: argparse.Namespace) -> int:
         console.print(table)
         gaps = [abs(r["verified_sqnr_db"] - r["sqnr_db"]) for r in res["front"] if "verified_sqnr_db" in r]
         if gaps:
-            console.print(f"front re-measured with fp4lab.quantize: SQNR within {max(gaps):.4f} dB")
+            console.print(f"front re-measured with fp4lab.quantize: SQNR within {max(gaps):.2g} dB")
     console.print("Grids: m_0 = 0 < ... < m_7 = 1; bias: mean signed error of |x|/s in units of the top level; "
                   "SQNR (dB) on post-RHT data; top: the top level's mantissa under E8M0. "
                   "Findings: docs/grid_search.md.")
