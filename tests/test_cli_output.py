@@ -221,3 +221,30 @@ def test_plot_titles_stay_inside_the_figure_with_every_rht_size(monkeypatch, tmp
             assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, ax.get_title()
     finally:
         real_close(fig)
+
+
+def test_plot_level_labels_of_a_crowded_grid_do_not_overlap(monkeypatch, tmp_path):
+    """Levels 0, 0.125, 0.25, 0.625, 1 ... 8 on one axis: neighbouring labels are staggered, none overlaps."""
+    import matplotlib.pyplot as plt
+
+    from fp4lab.analysis.plot import plot_grids
+
+    spec = tmp_path / "crowded.toml"
+    spec.write_text('name = "crowded"\nblock = { shape = [16] }\nscale = "fp32"\n[scale_rule]\nmethod = "amax"\n'
+                    '[element]\nkind = "table"\nbits = 4\nvalues = [0.0, 0.125, 0.25, 0.625, 1.0, 1.5, 2.5, 4.0, 8.0, '
+                    '-0.25, -0.5, -1.0, -2.0, -3.0, -5.0, -6.0]\n')
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    plot_grids([str(spec), "nf4-b64-fp32"], tmp_path / "g.png")
+    (fig,) = figures
+    try:
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text().strip()]
+            assert len(boxes) >= 8
+            for i, a in enumerate(boxes):
+                for b in boxes[i + 1:]:
+                    assert not a.overlaps(b), (a, b)
+    finally:
+        real_close(fig)

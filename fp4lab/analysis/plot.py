@@ -53,6 +53,19 @@ def _panel_title(grid: str, users: list[str], measured: dict[int, float]) -> str
     return "\n".join(head)
 
 
+def _lowered(q: np.ndarray) -> list[bool]:
+    """Which level labels go one row down: where neighbours lie closer than ``CROWDED`` of the axis (e.g. 0,
+    0.125, 0.25 under a top level of 8), every second label of such a run, so that no two labels overlap."""
+    span = float(q[-1] - q[0]) or 1.0
+    out = [False]
+    for i in range(1, len(q)):
+        out.append((not out[-1]) and (q[i] - q[i - 1]) / span < CROWDED)
+    return out
+
+
+CROWDED = 0.06  # fraction of the axis width below which two neighbouring level labels (7 pt, up to 5 chars) touch
+
+
 def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | None = None) -> Path:
     """Write the grid plot for ``formats`` (names, spec-file paths or QuantFormats) to exactly ``path`` (PNG);
     returns the path.
@@ -103,6 +116,9 @@ def plot_grids(formats: list[Any], path: str | Path, result: dict[str, Any] | No
         ax.set_ylabel("bias, % of top level", fontsize=8)
         ax.set_xticks(q)
         ax.set_xticklabels([f"{v:g}" for v in q], fontsize=7)
+        for tick, low in zip(ax.xaxis.get_major_ticks(), _lowered(q)):
+            if low:  # one label row lower than its crowded neighbours
+                tick.set_pad(tick.get_pad() + 9)
     axes[-1, 0].set_xlabel("normalized magnitude t = |x| / s (grid units)")
     handles = [Patch(color="C1", alpha=0.25, label="RTNE bins (alternating shade)"),
                Patch(color="C3", label="level bias (l - r)/2 / g_max < 0 (shrinks)"),
