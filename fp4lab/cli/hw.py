@@ -50,10 +50,10 @@ def format_cost(spec: HWSpec, fmt_name: str) -> dict[str, Any]:
     sc = _SCALE_ALIASES.get(f.scale.label, f.scale.label) if f.scale else None
     block = "x".join(map(str, f.block.shape)) if f.block else None
     r = route(spec, f)  # decided from the grid's values, the scale's values and the block
-    note = r.note if r.how in ("native", "exact") else f"not native ({el}, {sc}, block {block}): {r.note}"
-    return {"format": f.name, "native": r.how == "native", "route": r.how, "kind": r.kind,
-            "element": r.element, "scale_mode": r.scale_mode,
-            "peak_tflops": None if r.kind is None else _peak(spec.kinds[r.kind]), "note": note}
+    return {"format": f.name, "layout": f"{el}, {sc or 'no scale'}, block {block or '-'}",
+            "native": r.how == "native", "route": r.how, "kind": r.kind, "element": r.element,
+            "scale_mode": r.scale_mode, "peak_tflops": None if r.kind is None else _peak(spec.kinds[r.kind]),
+            "note": r.note}
 
 
 def _peak(k: MMAKind) -> dict[str, Any] | None:
@@ -149,7 +149,7 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
         rate = f"{p['value']:g} TFLOPS ({p['provenance']})" if p else "no published rate"
         how = {"native": "native", "exact": f"exact as {cost['element']}"}.get(cost["route"], "not native")
         kind = f"kind {cost['kind']}" if cost["kind"] else "no kind runs it"
-        con.print(Text(f"format {cost['format']}: {how}, {kind}, {rate}. {cost['note']}"))
+        con.print(Text(f"format {cost['format']} ({cost['layout']}): {how}, {kind}, {rate}. {cost['note']}"))
     return 0
 
 
