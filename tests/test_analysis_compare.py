@@ -98,6 +98,16 @@ def test_compare_runs_a_format_input_or_rht_size_given_twice_once():
     assert key(twice) == key(once) and len(key(once)) == 8
 
 
+def test_compare_sr_uses_quantize_s_default_seed():
+    from fp4lab.analysis import distributions, metrics
+
+    doc = run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[0], shape=(8, 64), rounding="sr"))
+    x = distributions.sample("gaussian", (8, 64), 0)
+    for seed, same in ((0, True), (1, False)):
+        m, _ = metrics.evaluate(x, "ufp4", rounding="sr", seed=seed)
+        assert (doc["results"][0]["sqnr_db"] == m.sqnr_db) is same
+
+
 def test_cli_json_only_and_plot(tmp_path, capsys):
     png = tmp_path / "grids.png"
     rc = _run_cli(["compare", "ufp4", "nvfp4", "--dist", "laplace", "--rht", "0,32", "--shape", "16x64",
