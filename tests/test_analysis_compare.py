@@ -70,6 +70,21 @@ def test_compare_rejects_bad_rht():
         run_compare(CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[8], shape=(4, 32)))
 
 
+@pytest.mark.parametrize("empty", ["formats", "inputs", "rht"])
+def test_compare_with_nothing_to_compare_is_one_line(empty):
+    cfg = CompareConfig(formats=["ufp4"], inputs=["gaussian"], rht=[0], shape=(4, 32))
+    setattr(cfg, empty, [])
+    with pytest.raises(InputError, match=r"^compare: no .* to compare; give at least one$"):
+        run_compare(cfg)
+
+
+@pytest.mark.parametrize("sizes", ["", ",,", " "])
+def test_cli_rht_without_a_size_is_an_argument_error(sizes, capsys):
+    with pytest.raises(SystemExit) as info:
+        _run_cli(["compare", "ufp4", "--rht", sizes])
+    assert info.value.code == 2 and "argument --rht: expected comma-separated integers" in capsys.readouterr().err
+
+
 def test_compare_names_the_input_a_block_or_rht_size_does_not_divide_before_any_case_runs(tmp_path):
     odd = tmp_path / "odd.npy"
     np.save(odd, np.ones((7, 33), np.float32))

@@ -226,6 +226,9 @@ def run_compare(config: CompareConfig, progress: Callable[[str], None] | None = 
     two input specs naming the same distribution, run once); ``progress(label)`` is called after each case."""
     start = time.perf_counter()
     config = unique(config)
+    for what in ("formats", "inputs", "rht"):
+        if not getattr(config, what):
+            raise InputError(f"compare: no {'RHT sizes' if what == 'rht' else what} to compare; give at least one")
     fmts = {name: get_format(name) for name in config.formats}
     for r in config.rht:
         if r not in (0, 16, 32, 64, 128, 256):

@@ -14,9 +14,12 @@ from .output import add_json_options, check_json_out, emit_json
 
 def _csv_ints(text: str) -> list[int]:
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text[:40]}'")
+    return values
 
 
 def _shape(text: str) -> tuple[int, ...]:
