@@ -228,6 +228,21 @@ def test_bad_option_values_are_refused_by_the_option_before_any_work(capsys, arg
     assert info.value.code == 2 and f"error: argument {option}:" in err and "quantize" not in err
 
 
+def test_running_out_of_memory_says_so_with_numpy_s_numbers(capsys, monkeypatch):
+    """``compare --shape 100000x100000`` printed "MemoryError: the input is too deeply nested or too large"."""
+    from fp4lab.analysis import distributions
+    from fp4lab.cli import main
+
+    def huge(*args, **kwargs):
+        raise MemoryError("Unable to allocate 74.5 GiB for an array with shape (100000, 100000) and data type float64")
+
+    monkeypatch.setattr(distributions, "sample", huge)
+    assert main(["compare", "ufp4", "--dist", "gaussian"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: out of memory: Unable to allocate 74.5 GiB for an array with shape (100000, 100000) and " \
+                  "data type float64\n"
+
+
 BARE = {"ValueError", "KeyError", "LookupError", "RuntimeError", "IndexError", "Exception"}
 
 

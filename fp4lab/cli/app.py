@@ -61,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         text = f"{exc.strerror}: {name}" if isinstance(exc, OSError) and name and exc.strerror else str(exc)
         print(f"error: {one_line(text, 2000)}", file=sys.stderr)
         return 2
-    except (RecursionError, MemoryError) as exc:
-        print(f"error: {type(exc).__name__}: the input is too deeply nested or too large", file=sys.stderr)
+    except RecursionError:
+        print("error: RecursionError: the input is too deeply nested", file=sys.stderr)
+        return 2
+    except MemoryError as exc:  # numpy says how much it could not allocate, for which shape
+        from fp4lab.formats.spec_io import one_line
+
+        print(f"error: out of memory: {one_line(str(exc)) or 'the work asked for does not fit in memory'}",
+              file=sys.stderr)
         return 2
