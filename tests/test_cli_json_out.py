@@ -96,3 +96,20 @@ def test_conformance_checks_json_out_before_writing_vectors(capsys, tmp_path):
     code, _, err = run(capsys, "conformance", "--out", str(out_dir), "e2m1", "--json-out", str(tmp_path / "x/s.json"))
     assert code == 2 and "conformance --json-out" in err
     assert not out_dir.exists() or not any(out_dir.iterdir())
+
+
+def test_a_folder_where_no_file_can_be_made_is_refused_before_the_work(capsys, tmp_path, monkeypatch):
+    """The error names the path given (not the temporary file beside it) and comes before any case runs."""
+    import tempfile
+
+    from fp4lab.analysis import compare
+
+    def no_room(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    ran = []
+    monkeypatch.setattr(tempfile, "mkstemp", no_room)
+    monkeypatch.setattr(compare, "_evaluate", lambda *a, **k: ran.append(a))
+    code, out, err = run(capsys, *COMPARE, "--plot", str(tmp_path / "grid.png"))
+    assert code == 2 and out == "" and ran == []
+    assert err == f"error: compare --plot: cannot write {tmp_path / 'grid.png'}: Permission denied\n"

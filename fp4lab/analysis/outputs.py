@@ -32,14 +32,24 @@ def check_output_file(path: str | os.PathLike, suffix: str, overwrite: bool, wha
         raise OutputError(f"{what}: folder {p.parent} of {p} does not exist")
     if (p.exists() or p.is_symlink()) and not overwrite:
         raise OutputError(f"{what}: {p} exists; pass --overwrite to replace it")
+    try:  # a file can be made there: known before any work, and said of the path given, not a temporary name
+        os.unlink(_temp_beside(p))
+    except OSError as exc:
+        raise OutputError(f"{what}: cannot write {p}: {exc.strerror or exc}") from None
     return p
+
+
+def _temp_beside(path: Path) -> str:
+    """A new empty temporary file in ``path``'s folder."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return tmp
 
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``; renamed onto ``path`` when the block ends normally, removed otherwise."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _temp_beside(path)
     try:
         yield Path(tmp)
         os.replace(tmp, path)
