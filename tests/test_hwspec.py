@@ -173,6 +173,11 @@ def test_cli_hw_show_format_names_unnamed_grids_scales_and_tiles(capsys, tmp_pat
     assert "None" not in line and line.count("not native") == 1
 
 
+def test_cli_hw_show_with_an_empty_format_is_an_error(capsys):
+    assert cli_main(["hw", "show", "hopper-sm90", "--format", ""]) == 2  # not silently the spec alone
+    assert "unknown format ''" in capsys.readouterr().err
+
+
 def test_cli_hw_list_show_and_format_cost(capsys):
     assert cli_main(["hw", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

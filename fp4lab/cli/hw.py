@@ -96,7 +96,7 @@ def cmd_hw_show(args: argparse.Namespace) -> int:
 
     check_json_out(args, "hw show")
     spec = get_hw(args.name)
-    cost = format_cost(spec, args.format) if args.format else None
+    cost = format_cost(spec, args.format) if args.format is not None else None
     out = {"spec": spec_to_dict(spec), "kinds": [kind_row(k) for k in spec.kinds.values()]}
     if cost:
         out["format_cost"] = cost
