@@ -5,6 +5,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 import fp4lab
 from fp4lab.analysis import conformance as C
@@ -73,3 +74,13 @@ def test_mode_lists_are_rounding_modes():
     compare = ap._subparsers._group_actions[0].choices["compare"]
     (rounding,) = [a for a in compare._actions if "--rounding" in a.option_strings]
     assert re.findall(r"\((.*)\)", rounding.help)[-1].split(", ") == list(ROUNDING_MODES)
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):
+    from fp4lab.errors import OutputError
+
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "vectors"
+    with pytest.raises(OutputError) as info:
+        C.write_vectors(out, formats=("e2m1",))
+    assert str(info.value) == f"conformance: cannot create the output folder {out}: Not a directory"

@@ -319,7 +319,10 @@ def write_vectors(out_dir: str | Path, formats: tuple[Any, ...] = BUILTIN_NAMES,
     ``_is_staging``)."""
     out = _check_out_dir(out_dir, overwrite)
     fmts = _resolve_formats(tuple(formats))
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"conformance: cannot create the output folder {out}: {exc.strerror or exc}") from None
     for old in out.glob(f"{STAGING_PREFIX}*.tmp"):
         if _is_staging(old):
             shutil.rmtree(old, ignore_errors=True)
