@@ -243,6 +243,18 @@ def test_running_out_of_memory_says_so_with_numpy_s_numbers(capsys, monkeypatch)
                   "data type float64\n"
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["sr-bias", "ufp4", "--seeds", "0"], "error: sr-bias: --seeds must be at least 1, got 0\n"),
+    (["sr-bias", "ufp4", "--shape", "2x3x16"], "error: sr-bias: --shape takes ROWSxCOLS, got 2x3x16\n"),
+    (["search-grids", "--scheme", "fp16"], "error: search-grids: unknown scheme 'fp16'; use fp32, e4m3, e8m0\n"),
+])
+def test_analysis_commands_report_bad_values_as_every_command_does(capsys, argv, line):
+    from fp4lab.cli import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err == line
+
+
 BARE = {"ValueError", "KeyError", "LookupError", "RuntimeError", "IndexError", "Exception"}
 
 

@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Any
 
+from fp4lab.errors import InputError
+
 from .output import add_json_options, check_json_out, emit_json
 
 
@@ -225,8 +227,7 @@ def search_main(args: argparse.Namespace) -> int:
     schemes = tuple(args.scheme.split(",")) if args.scheme else SCHEMES
     for sch in schemes:
         if sch not in SCHEMES:
-            print(f"search-grids: unknown scheme '{sch}'; use {', '.join(SCHEMES)}", file=sys.stderr)
-            return 2
+            raise InputError(f"search-grids: unknown scheme '{sch[:40]}'; use {', '.join(SCHEMES)}")
     check_json_out(args, "search-grids")
     x = post_rht_data(tuple(args.dist) if args.dist else post_rht_data.__defaults__[0], shape=args.shape,
                       rht=args.rht, seed=args.seed)
@@ -317,13 +318,11 @@ def sr_bias_main(args: argparse.Namespace) -> int:
     from fp4lab.analysis.sr_bias import DEFAULT_DISTS, DEFAULT_FORMATS, run_sr_bias
 
     if args.seeds < 1:
-        print("sr-bias: --seeds must be at least 1", file=sys.stderr)
-        return 2
+        raise InputError(f"sr-bias: --seeds must be at least 1, got {args.seeds}")
     formats = list(args.formats) or list(DEFAULT_FORMATS)
     dists = list(args.dist) if args.dist else list(DEFAULT_DISTS)
     if len(args.shape) != 2:
-        print(f"sr-bias: --shape takes ROWSxCOLS, got {'x'.join(map(str, args.shape))}", file=sys.stderr)
-        return 2
+        raise InputError(f"sr-bias: --shape takes ROWSxCOLS, got {'x'.join(map(str, args.shape))}")
     rows, cols = args.shape
     check_json_out(args, "sr-bias")
     ctx, advance = _progress(len(formats) * len(dists), not args.json and sys.stderr.isatty(), "sr-bias")
