@@ -255,6 +255,17 @@ def test_analysis_commands_report_bad_values_as_every_command_does(capsys, argv,
     assert capsys.readouterr().err == line
 
 
+def test_verify_without_a_gpu_is_an_error_line_on_stderr(capsys, monkeypatch):
+    import torch
+
+    from fp4lab.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["verify", "--device", "cuda", "--formats", "ufp4"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "error: verify --device cuda: no CUDA GPU available (use --device interpreter)\n"
+
+
 BARE = {"ValueError", "KeyError", "LookupError", "RuntimeError", "IndexError", "Exception"}
 
 

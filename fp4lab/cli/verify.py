@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from fp4lab.errors import require
+from fp4lab.errors import Fp4labError, require
 
 from .analysis import input_seed
 from .output import add_json_options, check_json_out, emit_json
@@ -44,9 +44,8 @@ def handler(args: argparse.Namespace) -> int:
         device = "interpreter" if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else "cuda"
     if device == "interpreter":
         if "fp4lab.kernels.tile" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-            print("verify: --device interpreter needs TRITON_INTERPRET=1 before the kernels are imported; "
-                  "set it in the environment", file=sys.stderr)
-            return 2
+            raise Fp4labError("verify --device interpreter: needs TRITON_INTERPRET=1 before the kernels are "
+                              "imported; set it in the environment")
         os.environ["TRITON_INTERPRET"] = "1"
     for module in ("torch", "triton"):  # before any work (triton after TRITON_INTERPRET is settled)
         require(module, "gpu", "fp4lab verify")
@@ -60,10 +59,8 @@ def handler(args: argparse.Namespace) -> int:
     if device == "cuda":
         import torch
 
-        if not torch.cuda.is_available():
-            console.print("verify: --device cuda but no CUDA device is available; use --device interpreter",
-                          style="red")
-            return 2
+        if not torch.cuda.is_available():  # an error line on stderr, as hw verify says it
+            raise Fp4labError("verify --device cuda: no CUDA GPU available (use --device interpreter)")
     formats = args.formats or list_formats()
     names = []
     for f in formats:
