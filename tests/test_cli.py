@@ -183,6 +183,22 @@ def test_spec_validate_lists_asymmetric_levels(capsys, tmp_path):
     assert code == 0 and "16 levels -8 -7 -6 -5 -4 -3 -2 -1 0 1 2 3 4 5 6 7 (largest magnitude 8)" in out
 
 
+def test_spec_validate_notes_where_an_asymmetric_grid_saturates(capsys, tmp_path):
+    """Two's-complement INT4 in blocks: the amax maps onto 8, so +7 is where positive values saturate; NF4 (ends
+    -1 and 1) and the element-only INT4 get no such note."""
+    spec = tmp_path / "i4b.toml"
+    spec.write_text('name = "i4b"\nblock = { shape = [16] }\nscale = "fp32"\n[scale_rule]\nmethod = "amax"\n'
+                    '[element]\nkind = "int"\nrange = "twos_complement"\n')
+    bare = tmp_path / "i4.toml"
+    bare.write_text('name = "i4"\n[element]\nkind = "int"\nrange = "twos_complement"\n')
+    code, out, _ = run(capsys, "spec", "validate", str(spec), str(bare),
+                       str(Path(fp4lab.__file__).parent / "formats" / "builtin" / "nf4-b64-fp32.toml"))
+    assert code == 0
+    assert out.count("note: a block's amax maps onto") == 1
+    assert "note: a block's amax maps onto 8, the larger of the grid's extremes; values past 7 on the other side " \
+           "saturate" in out
+
+
 def test_paper_diagnostics_writes_the_tracked_doc_only_when_asked(tmp_path, monkeypatch, capsys):
     import importlib.util
     from pathlib import Path

@@ -178,6 +178,20 @@ def twin_note(g: Any) -> str | None:
     return None
 
 
+def saturation_note(fmt: Any) -> str | None:
+    """A note when a scaled format's grid is not sign symmetric at its ends: the block amax maps onto the larger
+    extreme, so the other side saturates at its own (docs/numerics.md, "Scale rules")."""
+    g = fmt.element
+    lo, hi = -g.min, g.max
+    if fmt.block is None or fmt.scale_rule.targets or lo == hi:
+        return None
+    from fp4lab.formats.floats import float32_text
+
+    short = float32_text(g.min if lo < hi else g.max)
+    return (f"note: a block's amax maps onto {float32_text(max(lo, hi))}, the larger of the grid's extremes; "
+            f"values past {short} on the other side saturate (compare's clip %)")
+
+
 def _validate_one(path: str, kind: str) -> list[str]:
     """The lines printed for one accepted spec file; raises ``SpecError`` (one line) if it must be refused."""
     if kind == "hwspec":
@@ -194,8 +208,8 @@ def _validate_one(path: str, kind: str) -> list[str]:
     lines = [f"ok: {path}: format '{fmt.name}' ({fmt.element.label}, "
              f"{float32_text(fmt.bits_per_element)} bits/element)",
              f"  element: {grid_text(fmt.element)}"]
-    note = twin_note(fmt.element)
-    return lines + ([f"  {note}"] if note else [])
+    notes = [twin_note(fmt.element), saturation_note(fmt)]
+    return lines + [f"  {note}" for note in notes if note]
 
 
 def cmd_spec_validate(args: argparse.Namespace) -> int:
