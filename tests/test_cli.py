@@ -305,3 +305,22 @@ def test_compare_md_synopsis_lists_every_option_of_compare():
     options = {a.option_strings[-1] for a in compare._actions if a.option_strings and a.dest != "help"}
     written = {w.strip("[]") for w in synopsis.split()}
     assert options <= written, options - written
+
+
+def test_every_option_of_every_command_has_a_help_text():
+    import argparse
+
+    from fp4lab.cli.app import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.dest != "help" and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "fp4lab")
+    assert not missing, missing

@@ -252,17 +252,18 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("show", help="levels, codes, rounding bins and shrinkage bias of one format")
     p.add_argument("name", help="registered format name or spec file path")
-    add_json_options(p, None)
+    add_json_options(p, "print the levels, codes, bin edges and biases as JSON instead of the table")
     p.set_defaults(func=cmd_show)
 
     p = subparsers.add_parser("spec", help="spec-file tools")
     spec_sub = p.add_subparsers(dest="spec_command", required=True, metavar="ACTION")
     v = spec_sub.add_parser("validate", help="validate format spec files (TOML or JSON); checks every file")
-    v.add_argument("files", nargs="+")
+    v.add_argument("files", nargs="+", metavar="FILE", help="spec files (.toml or .json); every one is checked")
     v.add_argument("--kind", choices=("format", "hwspec"), default="format",
                    help="what the files are: format specs (default) or hwspec files")
     v.set_defaults(func=cmd_spec_validate)
 
     p = subparsers.add_parser("schema", help="JSON schema of spec files (for editors)")
-    p.add_argument("--kind", choices=("format", "hwspec"), default="format")
+    p.add_argument("--kind", choices=("format", "hwspec"), default="format",
+                   help="the schema of format spec files (default) or of hwspec files")
     p.set_defaults(func=cmd_schema)

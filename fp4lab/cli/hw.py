@@ -257,12 +257,12 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("hw", help="accelerator specs: MMA models, native formats, peak rates")
     sub = p.add_subparsers(dest="hw_command", required=True, metavar="ACTION")
     q = sub.add_parser("list", help="list hardware specs")
-    add_json_options(q, None)
+    add_json_options(q, "print JSON instead of a table")
     q.set_defaults(func=cmd_hw_list)
     q = sub.add_parser("show", help="kinds, model parameters with provenance, native combinations, peak rates")
     q.add_argument("name", help="spec name or path to a .toml spec")
     q.add_argument("--format", default=None, help="registry format: which kind runs it here and at what peak")
-    add_json_options(q, None)
+    add_json_options(q, "print the spec (and --format's route) as JSON instead of tables")
     q.set_defaults(func=cmd_hw_show)
     q = sub.add_parser("verify", help="check the MMA models: published H200 vectors, tl.dot on a CUDA GPU, and "
                        "(--device) the Triton MMA kernels against the CPU model")
@@ -276,5 +276,5 @@ def register(subparsers: Any) -> None:
     q.add_argument("--outputs", type=float, default=None,
                    help="--device: outputs compared in all (default 2e4 interpreter, 2e6 cuda)")
     q.add_argument("--seed", type=int, default=0, help="--device: input seed")
-    add_json_options(q, None)
+    add_json_options(q, "print the report as JSON only")
     q.set_defaults(func=cmd_hw_verify)
