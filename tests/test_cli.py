@@ -176,6 +176,19 @@ def test_spec_validate_prints_the_accepted_grid(capsys, tmp_path):
     assert "note" not in second
 
 
+@pytest.mark.parametrize("fields, note", [
+    ('exponent_bits = 4\nmantissa_bits = 3\nspecials = "fn"\n', None),  # OCP E4M3FN spelled out: the e4m3 grid
+    ('exponent_bits = 4\nmantissa_bits = 3\nbias = 8\nspecials = "fnuz"\n', None),  # e4m3fnuz spelled out
+    ('exponent_bits = 4\nmantissa_bits = 3\nbias = 6\nspecials = "fn"\n', "not the built-in grid 'e4m3'"),
+])
+def test_spec_validate_notes_a_twin_only_when_no_built_in_grid_matches(capsys, tmp_path, fields, note):
+    spec = tmp_path / "f8.toml"
+    spec.write_text(f'name = "f8"\n[element]\nkind = "float"\n{fields}')
+    code, out, _ = run(capsys, "spec", "validate", str(spec))
+    assert code == 0
+    assert ("note:" in out) == (note is not None) and (note is None or note in out), out
+
+
 def test_spec_validate_lists_asymmetric_levels(capsys, tmp_path):
     spec = tmp_path / "i4.toml"
     spec.write_text('name = "i4"\n[element]\nkind = "int"\nrange = "twos_complement"\n')

@@ -162,20 +162,20 @@ def twin_note(g: Any) -> str | None:
 
     from fp4lab.formats.quant_format import NAMED_GRIDS, QuantFormat
 
+    twins = []  # built-in grids of the same name or bit layout
     for name, fields in NAMED_GRIDS.items():
         same_layout = fields["kind"] == g.kind and (
             (g.kind == "float" and (fields["exponent_bits"], fields["mantissa_bits"]) == (g.exponent_bits,
                                                                                        g.mantissa_bits))
             or (g.kind == "int" and fields["bits"] == g.bits))
-        if not (same_layout or g.name == name):
-            continue
-        ref = QuantFormat(name="ref", element=name).element
-        if np.array_equal(ref.values, g.values, equal_nan=True):
-            continue
-        why = f"exponent bias {ref.exponent_bias}, " if ref.kind == "float" else ""
-        return (f"note: not the built-in grid '{name}' ({why}largest magnitude {_listed([ref.amax])}); "
-                f"write element = \"{name}\" for it")
-    return None
+        if same_layout or g.name == name:
+            twins.append((name, QuantFormat(name="ref", element=name).element))
+    if not twins or any(np.array_equal(ref.values, g.values, equal_nan=True) for _, ref in twins):
+        return None  # one of them is this grid (E4M3 spelled out is e4m3, not a wrong e4m3fnuz)
+    name, ref = twins[0]
+    why = f"exponent bias {ref.exponent_bias}, " if ref.kind == "float" else ""
+    return (f"note: not the built-in grid '{name}' ({why}largest magnitude {_listed([ref.amax])}); "
+            f"write element = \"{name}\" for it")
 
 
 def saturation_note(fmt: Any) -> str | None:
