@@ -62,6 +62,11 @@ def test_agreement_rows_cover_the_given_formats_only(tmp_path):
     C.write_vectors(tmp_path / "b", formats=(str(spec), "e2m1"))
     rows = json.loads((tmp_path / "b" / "library_agreement.json").read_text())
     assert [(r["format"], r["status"]) for r in rows] == [("e2m1", "agrees")]
+    copy = tmp_path / "copy.toml"  # the built-in's numerics under its name, in other words
+    copy.write_text('name = "e2m1"\ndescription = "my E2M1"\nelement = "e2m1"\nnan_element = "neg_zero"\n')
+    C.write_vectors(tmp_path / "c", formats=(str(copy),))
+    rows = json.loads((tmp_path / "c" / "library_agreement.json").read_text())
+    assert [(r["format"], r["status"]) for r in rows] == [("e2m1", "agrees")]
 
 
 def test_mode_lists_are_rounding_modes():

@@ -182,9 +182,12 @@ def agreement_table(progress: Callable[[str], None] | None = None,
     ``partial``, ``differs``, ``not installed`` or ``documented``; ``cases`` maps case -> ``"match"`` or the number
     of mismatching element codes / scale codes, or ``"error: ..."``. ``formats`` (``{name: QuantFormat}``, as
     ``write_vectors`` resolves them) keeps the rows of the built-ins among them (a spec file that reuses a
-    built-in's name but not its definition gets none); None: every row."""
+    built-in's name but not its numerics gets none; its description may differ); None: every row."""
+    def numerics(fmt: Any) -> dict[str, Any]:  # what decides the bits: not the prose fields
+        return fmt.model_dump(exclude={"description", "matches", "references"})
+
     def wanted(name: str) -> bool:
-        return formats is None or (name in formats and formats[name] == fp4lab.get_format(name))
+        return formats is None or (name in formats and numerics(formats[name]) == numerics(fp4lab.get_format(name)))
 
     rows: list[dict[str, Any]] = []
     for name, mode, label, factory, note in LIVE_CHECKS:
