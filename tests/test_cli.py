@@ -143,16 +143,6 @@ def test_invalid_spec_toml_syntax(capsys, tmp_path):
     assert code == 2 and "broken.toml" in err and "TOML" in err
 
 
-def test_python_dash_m_fp4lab_is_the_fp4lab_command(capsys, monkeypatch):
-    import runpy
-    import sys
-
-    monkeypatch.setattr(sys, "argv", ["fp4lab", "formats", "--json"])
-    with pytest.raises(SystemExit) as info:
-        runpy.run_module("fp4lab", run_name="__main__")
-    assert info.value.code == 0 and [r["name"] for r in json.loads(capsys.readouterr().out)] == fp4lab.list_formats()
-
-
 def test_console_script_entry_point_exists():
     import importlib.metadata as md
 
