@@ -181,3 +181,16 @@ def test_warnings_from_fp4lab_code_fail_the_suite():
     with warnings.catch_warnings(record=True) as seen:  # filters kept: a warning from elsewhere is no error
         warnings.warn_explicit("elsewhere", DeprecationWarning, "other/x.py", 1, module="other.x")
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("module", ["fp4lab", "fp4lab.cli"])
+def test_python_dash_m_runs_the_command(module):
+    """``python -m fp4lab`` and ``python -m fp4lab.cli`` are the ``fp4lab`` script: same output, same exit code."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", module, "formats"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "ufp4" in ok.stdout and "nvfp4" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", module, "show", "no-such-format"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "no-such-format" in bad.stderr and "Traceback" not in bad.stderr
