@@ -79,7 +79,7 @@ def quantize(
     ``rounding``: None (the format's default), "rtne", "rtna", "rtnz", "rtz", "rtp" (toward +Inf), "rtm"
     (toward -Inf) or "sr" (``seed`` drives it).
     ``rht``: rotate along the blocked axis with ``fp4lab.rht(size=rht, seed=rht_seed)`` before scaling.
-    ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
+    ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic-rounding random bits").
     The arguments become one ``fp4lab.QuantizeOptions`` (which checks them: one-line ``InputError``s) that the
     backend takes.
     """
