@@ -45,3 +45,12 @@ def test_cited_tests_are_defined(doc: Path):
             pattern = r"\w*".join(map(re.escape, name.split("*")))  # test_*_needs_a_name*: a family of tests
             assert re.search(rf"^\s*(?:def|class) {pattern}\b", source, flags=re.M), \
                 f"{doc.name}: cites {path}::{name}, which is not defined there"
+
+
+@pytest.mark.parametrize("doc", [*TEXTS, ROOT / "BENCHMARKS.md"], ids=[*IDS, "BENCHMARKS.md"])
+def test_docs_stand_alone(doc: Path):
+    """No page sends its reader to material outside the repository's docs, nor to a work item or work period."""
+    text = doc.read_text()
+    for pattern in (r"\.\./shared", r"\bDESIGN\.md", r"\breference/\w+\.md", r"(?i)\b(?:session|issue) #?\d+\b"):
+        found = re.search(pattern, text)
+        assert found is None, f"{doc.name}: {found.group(0)!r} (a doc says what is true and stands alone)"
