@@ -38,15 +38,15 @@ def grid_bias_section() -> list[str]:
            "Locally-uniform bias `(l_i - r_i)/2` per interior level, grid units "
            "(`fp4lab.analysis.bias.level_bias`).", "",
            _row("grid", "level q", "bin", "ours", "paper"), _row(*["---"] * 5)]
-    paper = {2.0: "−0.125 [P, footnote 2]", 4.0: "−0.25 (\"same asymmetry at twice the scale\")"}
+    paper = {2.0: "−0.125 (the paper's footnote 2)", 4.0: "−0.25 (\"same asymmetry at twice the scale\")"}
     for q, lw, r, b in zip(e2.levels[e2.interior], e2.left[e2.interior], e2.right[e2.interior], e2.bias[e2.interior]):
         out.append(_row("E2M1", f"{q:g}", f"({q - lw:g}, {q + r:g})", f"{b:+.4f}", paper.get(float(q), "0 (ℓ = r)")))
     out.append(_row("E1M2", "0.25 … 1.5 (all 6)", "symmetric", "all " + ", ".join(f"{v:+.0f}" for v in
                                                                               sorted(set(e1.bias[e1.interior]))),
                     "0 (uniform grid)"))
     uni = bias.bias_under_density(fp4lab.get_format("e2m1"), lambda t: np.ones_like(t))
-    out += ["", f"Expectation over t ~ U(0, 6) including the edge bins: {uni:+.2e} (the digest's [D] remark that the "
-            "top half-bin cancels the interior shrinkage exactly; quadrature error ~1e-5). **Agrees.**", ""]
+    out += ["", f"Expectation over t ~ U(0, 6) including the edge bins: {uni:+.2e} (the top half-bin "
+            "cancels the interior shrinkage exactly; quadrature error ~1e-5). **Agrees.**", ""]
     return out
 
 

@@ -78,9 +78,10 @@ def quantize(
     """Quantize ``x`` (numpy array or torch tensor) with format ``fmt`` (name, spec-file path or QuantFormat).
 
     ``rounding``: None (the format's default), "rtne", "rtna", "rtnz", "rtz", "rtp" (toward +Inf), "rtm"
-    (toward -Inf) or "sr" (``seed`` drives it).
+    (toward -Inf) or "sr" (``seed`` is its Philox key).
+    ``axis``: the blocked axis of 1-D blocks (2-D tiles take the last two axes).
     ``rht``: rotate along the blocked axis with ``fp4lab.rht(size=rht, seed=rht_seed)`` before scaling.
-    ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic rounding").
+    ``sr_bits``: random bits per element for "sr" (24, 16, 8 or 4; docs/numerics.md, "Stochastic-rounding random bits").
     The arguments become one ``fp4lab.QuantizeOptions`` (which checks them: one-line ``InputError``s) that the
     backend takes; ``options`` gives that record instead of the arguments (not both).
     """
@@ -140,7 +141,9 @@ def unpack(qt: QuantizedTensor) -> QuantizedTensor:
 
 
 def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
-    """float32 values of ``qt`` (array or tensor, matching the input of ``quantize``).
+    """float32 values of ``qt`` (array or tensor, matching the input of ``quantize``): ``value[code] * S``, then
+    ``* ts`` for two-level formats, each product rounded to float32 (``dequantize_order = "scale_product_first"``:
+    ``value[code] * float32(S * ts)``; docs/numerics.md, "Pipeline").
 
     The RHT applied at quantization is undone unless ``rotated=True`` (then values stay in the rotated basis,
     as a GEMM on rotated operands sees them).
@@ -182,7 +185,12 @@ def dequantize(qt: QuantizedTensor, rotated: bool = False) -> Any:
 
 
 def rht(x: Any, size: int = 16, seed: int = 0, axis: int = -1, inverse: bool = False) -> Any:
-    """Random Hadamard transform of ``x`` in consecutive ``size``-element chunks along ``axis`` (float32)."""
+    """Randomized Hadamard transform of ``x`` in consecutive ``size``-element chunks along ``axis``, whose length
+    must be a multiple of ``size`` (16, 32, 64, 128 or 256); float32 result of ``x``'s shape and kind.
+
+    Forward: ``c * FWHT(s * v)``; inverse: ``s * (c * FWHT(v))``, with ``s`` the +-1 signs of Philox key ``seed``
+    (``fp4lab.numerics.rht.rht_signs``), FWHT unnormalized fp32 butterflies and ``c = fp32(1/sqrt(size))``
+    (docs/numerics.md, "Randomized Hadamard transform")."""
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or int(size) not in RHT_SIZES:
         raise InputError(f"rht: size must be one of {', '.join(map(str, RHT_SIZES))}, got {size!r}"[:200])
     split_seed_checked(seed, "rht: seed")
@@ -210,8 +218,10 @@ def _on_cuda(q: Any) -> bool:
 def gemm(qa: QuantizedTensor, qb: QuantizedTensor, mode: str = "exact") -> Any:
     """fp32 ``A @ B.T`` of quantized tensors qa [M, K] and qb [N, K] (same format, blocked along K).
 
-    CUDA operands: ``exact`` is one Triton kernel decoding tiles in registers, fp32 accumulation in ascending K
-    (see ``fp4lab.kernels.gemm``); ``fast`` is Triton dequantize to bf16, then cuBLAS. CPU operands (numpy or CPU
+    CUDA operands: ``exact`` is one Triton kernel decoding tiles in registers, K in ascending order: tensor-core
+    ``tl.dot`` chains of the decoded bf16 tiles where every ``value * S`` is exact in bf16, else
+    ``acc + (P_b * Sa_b) * Sb_b`` per block (see ``fp4lab.kernels.gemm``); two-level formats then take
+    ``(acc * ts_a) * ts_b``. ``fast`` is Triton dequantize to bf16, then cuBLAS. CPU operands (numpy or CPU
     torch): ``exact`` emulates that kernel bit for bit, ``fast`` is a float32 dequantize + matmul
     (``fp4lab.cpu_gemm``). Operands stored packed (``fp4lab.pack``) are unpacked first.
     """

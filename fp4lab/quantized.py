@@ -13,14 +13,17 @@ from fp4lab.formats.quant_format import QuantFormat
 
 @dataclass(frozen=True, eq=False)
 class QuantizedTensor:
-    """Codes and scales of a quantized tensor (numpy arrays on CPU, torch tensors on CUDA).
+    """Codes and scales of a quantized tensor: numpy arrays for numpy inputs, torch tensors on the input's device
+    for torch inputs.
 
-    ``codes``        uint8, one element code per input element, same shape as the input (unpacked).
-    ``scale_codes``  encoded block scales as stored (uint8 for 8-bit scale formats, uint16 bf16, uint32 fp32 bits);
+    ``codes``        uint8 (uint16 for grids of more than 8 bits), one element code per input element, same shape
+                     as the input (unpacked).
+    ``scale_codes``  encoded block scales as stored (uint8 for 8-bit scale formats, bf16 bits as uint16, fp32 bits
+                     as uint32 in numpy and int32 in torch, which views them back as uint32 to decode);
                      shape of the input with the blocked axis divided by the block size (2-D tiles: both of the
                      last two axes divided by the tile extents). Element-only formats: an empty array.
     ``scales``       float32 decoded block scales (without the tensor scale), same shape as ``scale_codes``.
-    ``tensor_scale`` float32 second-level scale, or None.
+    ``tensor_scale`` float32 second-level scale (a numpy float32; a 0-d tensor from the CUDA kernels), or None.
     ``axis``         the blocked axis (non-negative); ``rht``/``rht_seed`` the rotation applied before scaling.
     ``rounding``, ``seed``, ``axis``, ``rht``, ``rht_seed`` are the ``fp4lab.QuantizeOptions`` it was made with
     (rounding resolved, axis non-negative; ``sr_bits`` is not recorded). The record lives above this module in

@@ -40,6 +40,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_distributed.py::*": ("distributed", "subprocess"),
     # a fresh Python interpreter (the fp4lab command, README's examples, import checks)
     "test_compile.py::test_the_recipes_guide_example_runs": SUB,
+    "test_cli.py::test_python_dash_m_runs_the_command": SUB,
     "test_cpu_gemm.py::test_gemm_reference_needs_no_triton": SUB,
     "test_first_run.py::test_compare_*": SUB,
     "test_hostile_inputs.py::test_default_cache_is_private_and_never_in_tree": SUB,

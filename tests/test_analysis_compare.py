@@ -138,3 +138,28 @@ def test_cli_table_and_tensor_file(tmp_path, capsys):
     assert _run_cli(["compare", "e2m1-b16-fp32", "--dist", str(tmp_path / "t.npy")]) == 0
     out = capsys.readouterr().out
     assert "e2m1-b16-fp32" in out and "SQNR" in out and "B_eff" in out
+
+
+def test_compare_md_names_every_option_and_key():
+    """docs/compare.md's synopsis names every option of ``fp4lab compare``, and its JSON sketch every key of the
+    document: top level, ``config``, a ``formats`` entry, a ``results`` record and a ``verdicts`` entry."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "compare.md").read_text()
+    synopsis, sketch = re.findall(r"^```\n(.*?)^```", text, flags=re.S | re.M)[:2]
+    ap = argparse.ArgumentParser(prog="fp4lab")
+    sub = ap.add_subparsers(dest="cmd")
+    cli.register(sub)
+    options = {o for a in sub.choices["compare"]._actions for o in a.option_strings} - {"-h", "--help"}
+    assert set(re.findall(r"--[a-z][\w-]*", synopsis)) == options
+
+    def quoted(start: str, end: str, pattern: str = r'"([\w.]+)"') -> set[str]:
+        return set(re.findall(pattern, sketch.split(start, 1)[1].split(end, 1)[0]))
+
+    doc = run_compare(CompareConfig(formats=["mxfp4"], inputs=["gaussian"], rht=[0], shape=(4, 64)))
+    assert set(doc) == set(re.findall(r'^  "(\w+)"', sketch, flags=re.M))
+    assert set(doc["config"]) == quoted('"config":', '"formats": {format', r'"(\w+)":')
+    assert set(doc["formats"]["mxfp4"]) == quoted('"formats": {format', '"results":')
+    assert set(doc["results"][0]) == quoted('"results":', '"verdicts":')
+    assert set(doc["verdicts"]["gaussian"]) <= quoted('"verdicts":', '"elapsed_s"')

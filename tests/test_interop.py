@@ -315,3 +315,29 @@ def test_first_torchao_use_prints_nothing():
             "C._torchao_mx('FLOOR'); C._torchao_nvfp4()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
+
+
+@needs_torchao
+def test_interop_md_example_and_error_lines_hold():
+    """docs/interop.md runs as written: its python block (with the dtypes and shapes its comments state, and
+    torchao's dequantize giving fp4lab's bits), and its two example error lines are the messages raised."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "interop.md").read_text()
+    (block,) = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    ns: dict = {}
+    exec(compile(block, "docs/interop.md", "exec"), ns)
+    t, qt, mx = ns["t"], ns["qt"], ns["mx"]
+    assert (t.data.dtype, tuple(t.data.shape)) == (torch.float4_e2m1fn_x2, (128, 128))
+    assert (t.scale.dtype, tuple(t.scale.shape)) == (torch.float8_e8m0fnu, (128, 8))
+    assert isinstance(mx, torchao_mx.MXTensor)
+    assert same_bits(mx.dequantize(torch.float32).numpy(), fp4lab.dequantize(qt))
+    lines = re.findall(r"^(to_torch(?:ao)?: .*)$", text, flags=re.M)
+    ones = np.ones((16, 32), np.float32)
+    raised = []
+    for call, name in ((interop.to_torch, "ufp4"), (interop.to_torchao, "e2m1-b16-fp32")):
+        with pytest.raises(InputError) as e:
+            call(fp4lab.quantize(ones, name))
+        raised.append(str(e.value))
+    assert lines == raised

@@ -259,7 +259,7 @@ def te_4over6(x: np.ndarray, e4m3_max: float = 256.0) -> np.ndarray:
 
 
 def test_te_current_4over6_differs_from_nvfp4_4over6() -> None:
-    """L6: 'nvfp4-4over6' does not reproduce TransformerEngine's current 4-over-6, and no longer claims to. TE
+    """L6: 'nvfp4-4over6' does not reproduce TransformerEngine's current 4-over-6, and does not claim to. TE
     selects by absolute error (MAE) by default, computes the map-to-4 scale as ``1.5 * ((amax / 6) * g)`` and
     clamps block scales at 448 while the tensor scale uses 256; fp4lab's preset selects by squared error,
     computes each target's scale as ``(amax / target) / ts`` (decode arithmetic) and clamps block scales at 256.

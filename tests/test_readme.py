@@ -1,6 +1,6 @@
 """README's examples run as written: every ```python block, in order and in one namespace, in a fresh interpreter
 (cwd a temporary directory); and every ``fp4lab ...`` command of the ```bash blocks exits 0, run as
-``python -m fp4lab.cli ...`` by the same interpreter.
+``python -m fp4lab ...`` by the same interpreter.
 
 Rules for the bash lines: a line is split at ``&&`` and ``;`` after its ``#`` comment is dropped; only commands
 that start with ``fp4lab`` run (``pip install`` and ``pytest`` lines are the setup they describe). Commands that
@@ -77,7 +77,7 @@ def test_commands_found():
 def test_fp4lab_command_exits_0(user_files, cmd):
     if any(flag in cmd for flag in NEEDS_GPU):
         pytest.skip("needs a GPU")
-    shell = f'"{sys.executable}" -m fp4lab.cli' + cmd[len("fp4lab"):]
+    shell = f'"{sys.executable}" -m fp4lab' + cmd[len("fp4lab"):]
     r = subprocess.run(["bash", "-c", shell], cwd=user_files, env=env(), capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, f"{cmd}: exit {r.returncode}\n{r.stderr[-4000:]}"

@@ -416,6 +416,27 @@ def test_plan_errors(tmp_path, corpus_dir):
         driver.load_plan(bad)
 
 
+def test_study_md_plan_example_loads_as_its_comments_say(tmp_path):
+    """docs/study.md's plan file example, with the recipe file it names, loads: groups of sizes x seeds x recipes,
+    folders <out>/<size>/<label>/seed<seed>, a label with its data order, per-group fields and the repeat copy."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "study.md").read_text()
+    (block,) = re.findall(r"^```toml\n(.*?)^```", text, flags=re.S | re.M)
+    (tmp_path / "recipes").mkdir()
+    name = "e2m1-rht-all.toml"
+    (tmp_path / "recipes" / name).write_text((Path(__file__).resolve().parents[1] / "examples" / "study" / "recipes"
+                                              / name).read_text())
+    (tmp_path / "plan.toml").write_text(block)
+    runs = driver.load_plan(tmp_path / "plan.toml")
+    assert len(runs) == 3 * 3 + 3 + 1
+    folders = {Path(r.cfg.out).relative_to(tmp_path / "runs").as_posix() for r in runs}
+    assert {"s2m/bf16/seed2", "s2m/e2m1-rht-all/seed0", "s2m/bf16-order1/seed1", "s2m/ufp4/seed0-repeat"} <= folders
+    assert all(r.cfg.batch == 32 and r.cfg.deterministic and r.cfg.steps == 3420 for r in runs)
+    assert all(r.cfg.gpt().d_model == 192 and r.cfg.gpt().layers == 4 for r in runs)
+    assert {r.cfg.data_order for r in runs if r.recipe == "bf16-order1"} == {1}
+    assert {tuple(r.cfg.capture_steps) for r in runs if not r.repeat and r.recipe != "bf16-order1"} == {(1000,)}
+    assert [r.recipe for r in runs if r.repeat] == ["ufp4"]
+
+
 def test_default_study_plan(tmp_path):
     """init writes the designed study: the pilot, the lr sweep and the plan with the 2x2 factorial, controls and
     repeats; every recipe fits the model widths; the repository's examples/study is exactly what init writes."""

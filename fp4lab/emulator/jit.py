@@ -13,7 +13,7 @@ the check):
 * a directory that fails the check is not used: caching is off for the process, with one warning line on
   stderr;
 * ``FP4LAB_NUMBA_CACHE=0`` (or ``off``, ``false``, ``no``) turns caching off (every process compiles again:
-  about 10 s for ``fp4lab compare`` on 2 cores);
+  about 13 s for ``fp4lab compare --backend emulator`` on 2 cores; the default compare compiles nothing);
 * entries live in a subdirectory named by a digest of every fp4lab module that holds numba code
   (``NUMBA_SOURCES``) or constants that numba code compiles in (``NUMBA_CONSTANT_SOURCES``): numba checks only
   the timestamp of a function's own file, so a cached kernel would otherwise survive an edit of a helper it

@@ -50,7 +50,9 @@ def _resolve(value: Any, catalog: dict[str, dict[str, Any]], field: str) -> Any:
 class QuantFormat(SpecModel):
     """A complete block-scaled format. Quantization of a block (see ``docs/numerics.md``):
 
-    1. two-level formats: tensor scale ``ts = amax_tensor / (target * scale.max)`` (float32; 1.0 if zero);
+    1. two-level formats: tensor scale ``ts = amax_tensor / float32(targets[0] * smax)``, ``amax_tensor`` over the
+       finite elements, ``smax`` = ``scale_rule.max_scale`` or ``scale.max`` (float32; 1.0 if zero or not finite,
+       then clamped to the range edges of docs/numerics.md; "encode" arithmetic derives it from ``1 / g``);
     2. block scale ``S`` from ``scale_rule`` and ``scale``;
     3. each element ``x`` is scaled (``x / S`` or ``x * R``) in float32 and rounded onto ``element`` with
        ``rounding``; values beyond the grid saturate (``overflow = "saturate"``);

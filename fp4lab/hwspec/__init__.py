@@ -21,7 +21,10 @@ def schema_json() -> dict:
 
 def emulate_mma(a, b, c=None, hw: Any = "hopper-sm90", kind: str = "wgmma.bf16", scale_a=None, scale_b=None,
                 **kwargs):
-    """D = A @ B + C as the tensor cores of ``hw`` compute it with instruction ``kind``; see fp4lab.hwspec.mma."""
+    """D = A @ B + C (a [M, K], b [K, N], c [M, N] or None for zeros; values or integer codes; block-scaled kinds
+    also take scale_a [M, K / block] and scale_b [K / block, N]) as the tensor cores of ``hw`` compute it with
+    instruction ``kind``, bit for bit: a float32 numpy array of the kind's output (f16 outputs widened exactly).
+    See fp4lab.hwspec.mma."""
     from fp4lab.hwspec.mma import emulate_mma as _impl
 
     return _impl(a, b, c, hw=hw, kind=kind, scale_a=scale_a, scale_b=scale_b, **kwargs)

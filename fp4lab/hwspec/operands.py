@@ -20,7 +20,7 @@ from fp4lab.formats.floats import FloatFormat
 
 @dataclass(frozen=True)
 class OperandFormat:
-    """A hardware operand format: a binary float (``encoding``, ``fp4lab.formats.FloatFormat``) or, for INT4, a
+    """A hardware operand format: a binary float (``encoding``, ``fp4lab.formats.floats.FloatFormat``) or, for INT4, a
     two's-complement integer of ``int_bits`` bits (``encoding`` None).
 
     ``container_bits``: codes come in this many bits and the bits above the format's own are ignored (UE4M3 in a

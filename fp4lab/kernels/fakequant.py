@@ -14,7 +14,7 @@ One program reads a [BM, BK] tile once and produces
 
 Both outputs keep the input's [M, K] layout. SR comparands follow the quantize contract on the element's flat
 index in the [M, K] input (independent seeds per output), so every output equals the quantize kernel's codes
-decoded, bit for bit. Values: ``value[code] * S`` (``* ts`` unless ``FOLD_TS``: two-level formats may leave the
+decoded, bit for bit. Values: ``value[code] * S`` (``* ts`` where ``APPLY_TS``: two-level formats may leave the
 tensor scale to the GEMM's output), rounded to bf16 by the hardware ``cvt.rn.bf16x2.f32`` on the GPU and by its
 integer twin in the interpreter.
 """
