@@ -248,3 +248,19 @@ def test_plot_level_labels_of_a_crowded_grid_do_not_overlap(monkeypatch, tmp_pat
                     assert not a.overlaps(b), (a, b)
     finally:
         real_close(fig)
+
+
+def test_plot_names_a_format_given_twice_once(monkeypatch, tmp_path, capsys):
+    import matplotlib.pyplot as plt
+
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    run(capsys, monkeypatch, "compare", "ufp4", "ufp4", "--dist", "gaussian", "--shape", "4x64", "--plot",
+        str(tmp_path / "g.png"))
+    (fig,) = figures
+    try:
+        (ax,) = fig.axes
+        assert ax.get_title().splitlines()[0] == "e1m2  (formats: ufp4)"
+    finally:
+        real_close(fig)

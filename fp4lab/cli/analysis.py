@@ -109,7 +109,7 @@ def compare_main(args: argparse.Namespace) -> int:
     if args.plot:
         from fp4lab.analysis.plot import plot_grids
 
-        plot_grids(cfg.formats, args.plot, result)
+        plot_grids(result["config"]["formats"], args.plot, result)  # each format once, as run
     if emit_json(args, result, indent=1):
         return 0
     _print_compare(result, args.plot)
