@@ -289,3 +289,29 @@ def test_device_keys_equal_the_host_formula(monkeypatch):
         state[1] = step
         assert runtime.sr_keys(state, advance=False)[:, 0].tolist() == want
         monkeypatch.setattr(backend, "TRITON_ON_CPU", True)
+
+
+def test_quantize_model_again_leaves_the_new_recipes_high_precision_layers_in_high_precision():
+    """Converting an already converted model: layers that the new recipe's high_precision names, or whose widths
+    its blocks do not fit, become plain nn.Linear layers sharing their parameters (not QuantLinear layers of the
+    old recipe, which the unfit warning would call high precision); skip leaves a layer as it is, and a string is
+    one skip pattern."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 48),
+                                torch.nn.Linear(48, 64))
+    quantize_model(model, "ufp4")
+    assert all(isinstance(m, QuantLinear) for m in model)
+    weights = [m.weight for m in model]
+    r = Recipe(name="mx-hp", format="mxfp4", high_precision=["1"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, r, skip="3")
+    assert isinstance(model[0], QuantLinear) and model[0].recipe == r
+    assert type(model[1]) is torch.nn.Linear and type(model[2]) is torch.nn.Linear  # high_precision; unfit (48)
+    assert isinstance(model[3], QuantLinear) and model[3].recipe.name == "ufp4"  # skipped: as it was
+    assert [m.weight for m in model] == weights and model[2].bias is not None
+    assert len(caught) == 1 and "2 (64 -> 48)" in str(caught[0].message)
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        assert torch.equal(model[1](x), torch.nn.functional.linear(x, model[1].weight, model[1].bias))
+    with pytest.raises(fp4lab.InputError, match="model must be a torch.nn.Module, got str"):
+        quantize_model("model", "ufp4")

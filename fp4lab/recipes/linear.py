@@ -300,26 +300,30 @@ def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
 
 
 def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
-                   skip: tuple[str, ...] = ()) -> torch.nn.Module:
+                   skip: str | tuple[str, ...] = ()) -> torch.nn.Module:
     """Replace every ``nn.Linear`` of ``model`` by a ``QuantLinear`` sharing its parameters, in place; returns the
-    model. Layers whose qualified name matches a pattern of ``skip`` or of the recipe's ``high_precision``
-    (fnmatch patterns, e.g. ``"lm_head"``, ``"blocks.0.*"``) stay as they are, as do layers whose widths are not
-    multiples of the recipe's block sizes (one warning names them). Each layer's random streams derive from its
-    qualified name (and ``seed``, which shifts every stream of the model). A layer reached under several names
-    (one module used twice) becomes one QuantLinear, named by its first name, at every place. A ``QuantLinear``
-    of another recipe takes this recipe, keeping its parameters, stream and step."""
+    model. Layers whose qualified name matches a pattern of ``skip`` (fnmatch patterns, e.g. ``"lm_head"``,
+    ``"blocks.0.*"``; a string is one pattern) stay as they are. Layers matching the recipe's ``high_precision``
+    and layers whose widths are not multiples of the recipe's block sizes (one warning names them) are left in
+    high precision: a plain ``nn.Linear`` (a ``QuantLinear`` of an earlier conversion becomes one again, sharing
+    its parameters). Each layer's random streams derive from its qualified name (and ``seed``, which shifts every
+    stream of the model). A layer reached under several names (one module used twice) becomes one QuantLinear,
+    named by its first name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its
+    parameters, stream and step."""
     r = get_recipe(recipe)
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"quantize_model: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(model, torch.nn.Linear):
         raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
                          "QuantLinear.from_linear")
-    patterns = tuple(skip) + tuple(r.high_precision)
+    skip = (skip,) if isinstance(skip, str) else tuple(skip)  # one pattern, not its characters
     unfit: list[str] = []
     done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
     for name, child in list(model.named_modules(remove_duplicate=False)):
         if not isinstance(child, torch.nn.Linear) or not name:
             continue
         if id(child) not in done:
-            done[id(child)] = _converted(child, name, r, seed, patterns, unfit)
+            done[id(child)] = _converted(child, name, r, seed, skip, unfit)
         if done[id(child)] is not child:
             parent, _, attr = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attr, done[id(child)])
@@ -329,17 +333,29 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
     return model
 
 
-def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, patterns: tuple[str, ...],
+def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tuple[str, ...],
                unfit: list[str]) -> torch.nn.Module:
     """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``)."""
-    if isinstance(child, QuantLinear) and child.recipe == r:
+    if any(fnmatch.fnmatchcase(name, p) for p in skip):
         return child
-    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
-        return child
+    if any(fnmatch.fnmatchcase(name, p) for p in r.high_precision):
+        return _plain(child)
     if not _blocks_fit(r, child):
         unfit.append(f"{name} ({child.in_features} -> {child.out_features})")
+        return _plain(child)
+    if isinstance(child, QuantLinear) and child.recipe == r:
         return child
     return QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name)
+
+
+def _plain(child: torch.nn.Linear) -> torch.nn.Linear:
+    """``child`` in high precision: itself, or for a ``QuantLinear`` an ``nn.Linear`` sharing its parameters."""
+    if not isinstance(child, QuantLinear):
+        return child
+    plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
+    plain.weight = child.weight
+    plain.bias = child.bias
+    return plain
 
 
 def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, axis: int, seed: int = 0) -> Any:
