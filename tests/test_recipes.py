@@ -315,3 +315,39 @@ def test_quantize_model_again_leaves_the_new_recipes_high_precision_layers_in_hi
         assert torch.equal(model[1](x), torch.nn.functional.linear(x, model[1].weight, model[1].bias))
     with pytest.raises(fp4lab.InputError, match="model must be a torch.nn.Module, got str"):
         quantize_model("model", "ufp4")
+
+
+@pytest.mark.parametrize("args, match", [
+    ((torch.randn(32, 64).numpy(), "ufp4", "x", "fprop", -1), "expected a torch.Tensor, got ndarray"),
+    ((torch.randn(2, 32, 64), "ufp4", "x", "fprop", -1), r"2-D floating-point tensor, got shape \(2, 32, 64\)"),
+    ((torch.randn(64), "ufp4", "x", "fprop", -1), r"2-D floating-point tensor, got shape \(64,\)"),
+    ((torch.ones(32, 64, dtype=torch.int32), "ufp4", "x", "fprop", -1), "of torch.int32"),
+    ((torch.randn(32, 64), "ufp4", "q", "fprop", -1), "operand must be 'x', 'w' or 'dy', got 'q'"),
+    ((torch.randn(32, 64), "ufp4", "x", "dgrad", -1), "x is an operand of fprop and wgrad, not of 'dgrad'"),
+    ((torch.randn(32, 64), "bf16", "dy", "fprop", -1), "dy is an operand of dgrad and wgrad, not of 'fprop'"),
+    ((torch.randn(32, 64), "ufp4", "w", "wgard", 0), "not of 'wgard'"),
+    ((torch.randn(32, 64), "ufp4", "x", "fprop", 2), "axis must be -1 .K. or 0 .M. of the 2-D tensor, got 2"),
+])
+def test_fake_quantize_refuses_what_it_would_otherwise_quantize_silently(args, match):
+    """Arguments that fake_quantize used to take silently (an axis past the 2-D tensor's, an operand or GEMM that
+    is none of the recipe's, a 3-D or integer tensor) are one-line InputErrors naming the argument."""
+    from fp4lab.recipes import fake_quantize
+
+    with pytest.raises(fp4lab.InputError, match=match):
+        fake_quantize(*args)
+
+
+def test_quant_linear_operands_refuses_bad_arguments():
+    """QuantLinear.operands: unknown operand, a GEMM that does not take the operand, a tensor that is not 2-D and
+    a negative step are one-line InputErrors naming the layer."""
+    layer = QuantLinear(64, 32, recipe="ufp4", name="blocks.0.up")
+    x = torch.randn(32, 64)
+    for kwargs, match in (({"operand": "q"}, "blocks.0.up.operands: operand must be"),
+                          ({"operand": "x", "k_gemm": "dgrad"}, "x is an operand of fprop and wgrad"),
+                          ({"operand": "w", "m_gemm": "wgrad"}, "w is an operand of fprop and dgrad"),
+                          ({"operand": "dy", "k_gemm": "dgrad", "step": -1}, r"step: expected an int in \[0")):
+        with pytest.raises(fp4lab.InputError, match=match):
+            layer.operands(x, **kwargs)
+    with pytest.raises(fp4lab.InputError, match=r"got shape \(64,\)"):
+        layer.operands(x[0], "x", "fprop")
+    assert layer.operands(x, "x", "fprop", "wgrad", step=3)[0].shape == (32, 64)

@@ -101,8 +101,7 @@ class QuantLinear(torch.nn.Linear):
 
     @step.setter
     def step(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-            raise InputError(f"QuantLinear.step: expected an int in [0, 2**63), got {value!r}")
+        _check_step("QuantLinear.step", value)
         with torch.no_grad():
             self.sr_state[1] = value
 
@@ -120,6 +119,9 @@ class QuantLinear(torch.nn.Linear):
         as this layer's GEMMs ``k_gemm`` (blocked along K, the last axis) and ``m_gemm`` (along axis 0) see it at
         ``step`` (default: the current one); None where not asked for; ts: folded tensor scales of two-level
         formats (else None)."""
+        _check_operand(f"{self._where()}.operands", t, operand, (k_gemm, m_gemm))
+        if step is not None:
+            _check_step(f"{self._where()}.operands: step", step)
         state = self.sr_state if step is None else torch.tensor([streams.signed64(self._stream), step],
                                                                 dtype=torch.int64, device=self.sr_state.device)
         r = runtime(self.layer_spec)
@@ -235,6 +237,29 @@ def set_token_shard(model: torch.nn.Module, shard: TokenShard | None) -> None:
         if isinstance(m, QuantLinear):
             spec = LayerSpec.decode(m.layer_spec)
             m._set_spec(LayerSpec(spec.recipe, spec.rht_seed, key))
+
+
+_GEMMS_OF = {"x": ("fprop", "wgrad"), "w": ("fprop", "dgrad"), "dy": ("dgrad", "wgrad")}
+
+
+def _check_step(where: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InputError(f"{where}: expected an int in [0, 2**63), got {value!r}")
+
+
+def _check_operand(where: str, t: Any, operand: Any, gemms: tuple[Any, ...]) -> None:
+    """``t`` a 2-D floating-point tensor, ``operand`` one of x, w, dy and each GEMM of ``gemms`` (None: not
+    asked for) one that takes it."""
+    if not isinstance(t, torch.Tensor):
+        raise InputError(f"{where}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.ndim != 2 or not t.dtype.is_floating_point:
+        raise InputError(f"{where}: expected a 2-D floating-point tensor, got shape {tuple(t.shape)} of {t.dtype}")
+    if operand not in _GEMMS_OF:
+        raise InputError(f"{where}: operand must be 'x', 'w' or 'dy', got {operand!r}")
+    for gemm in gemms:
+        if gemm is not None and gemm not in _GEMMS_OF[operand]:
+            raise InputError(f"{where}: {operand} is an operand of {' and '.join(_GEMMS_OF[operand])}, not of "
+                             f"{gemm!r}")
 
 
 def _block_along(fmt: Any, axis: str) -> int:
@@ -364,6 +389,9 @@ def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, ax
     ``seed`` (an int in [0, 2**63)). Runs as the custom op ``fp4lab::fake_quant`` (``torch.compile`` traces it)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InputError(f"fake_quantize: seed must be an int in [0, 2**63), got {seed!r}")
+    _check_operand("fake_quantize", t, operand, (gemm,))
+    if isinstance(axis, bool) or axis not in (-2, -1, 0, 1):
+        raise InputError(f"fake_quantize: axis must be -1 (K) or 0 (M) of the 2-D tensor, got {axis!r}")
     spec = _operand_spec(recipe, operand, gemm, axis)
     if spec is None:
         return t.detach().to(gemm_torch_dtype(get_recipe(recipe).gemm_dtype))
