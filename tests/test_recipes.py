@@ -351,3 +351,16 @@ def test_quant_linear_operands_refuses_bad_arguments():
     with pytest.raises(fp4lab.InputError, match=r"got shape \(64,\)"):
         layer.operands(x[0], "x", "fprop")
     assert layer.operands(x, "x", "fprop", "wgrad", step=3)[0].shape == (32, 64)
+
+
+def test_double_backward_through_a_layer_is_refused_not_silently_dropped():
+    """A gradient penalty (create_graph=True, then backward through the gradient) cannot differentiate the
+    layer's quantized GEMMs: backward through dX raises, instead of dX silently carrying no graph (a loss with a
+    penalty term added would train without it)."""
+    layer = QuantLinear(64, 32, recipe="ufp4")
+    x = torch.randn(32, 64, requires_grad=True)
+    (dx,) = torch.autograd.grad(layer(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        (x.sum() + dx.square().sum()).backward()
+    (dx,) = torch.autograd.grad(layer(x).square().sum(), x)  # first-order gradients as before
+    assert dx.shape == x.shape and not dx.requires_grad
