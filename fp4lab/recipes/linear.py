@@ -156,7 +156,8 @@ class QuantLinear(torch.nn.Linear):
         if needs_w and x2.shape[0] % self._tokens_multiple[0]:
             need, why = self._tokens_multiple
             raise InputError(f"{self._where()}: {x2.shape[0]} tokens (rows of the flattened input) is not a multiple "
-                             f"of {need}, {why}")
+                             f"of {need}, {why}; a step without a weight gradient (torch.no_grad(), frozen weight) "
+                             "takes any number")
         dev = x2.device.type
         autocast = dev != "meta" and torch.is_autocast_enabled(dev)  # (no autocast state for meta tensors)
         out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
