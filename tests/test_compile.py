@@ -297,3 +297,33 @@ def test_a_model_built_on_the_meta_device_gets_its_streams_back():
     xs, gs = _data(1, k=64)
     gs = [torch.randn(32, 64)]
     _assert_same(_steps(direct, xs, gs), _steps(lazy, xs, gs), "meta")
+
+
+def test_quantize_model_of_a_compiled_model_names_layers_as_the_model_does():
+    """quantize_model of a model already wrapped by torch.compile (whole, or one block) names its layers as the
+    plain model does (no "_orig_mod" step): high_precision patterns match, and the compiled model draws the
+    plain eager model's stochastic-rounding bits. A linear layer compiled on its own (whose compiled forward is
+    bound to the nn.Linear) is a one-line error, not a layer left silently in high precision."""
+    import fp4lab
+
+    r = get_recipe("ufp4").model_copy(update={"name": "ufp4-hp", "high_precision": ["1"]})
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                                    torch.nn.Linear(64, 32)), torch.nn.Linear(32, 8, bias=False))
+    whole, part = copy.deepcopy(model), copy.deepcopy(model)
+    quantize_model(model, r)
+    whole = quantize_model(torch.compile(whole, fullgraph=True), r)
+    part[0] = torch.compile(part[0], fullgraph=True)
+    quantize_model(part, r)
+    for m in (whole, part):
+        names = [q.layer_name for q in m.modules() if isinstance(q, QuantLinear)]
+        assert names == ["0.0", "0.2"] and type(m.get_submodule("_orig_mod.1" if m is whole else "1")) is \
+            torch.nn.Linear
+    xs, gs = _data(2)
+    want = _steps(model, xs, gs)
+    _assert_same(want, _steps(whole, xs, gs), "compiled, then converted")
+    _assert_same(want, _steps(part, xs, gs), "block compiled, then converted")
+    alone = torch.nn.Sequential(torch.compile(torch.nn.Linear(64, 64)))
+    with pytest.raises(fp4lab.InputError, match="layer '0' is an nn.Linear compiled on its own"):
+        quantize_model(alone, "ufp4")
+    torch._dynamo.reset()

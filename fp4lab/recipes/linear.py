@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import sys
 import warnings
 from typing import Any
 
@@ -333,9 +334,10 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
     and layers whose widths are not multiples of the recipe's block sizes (one warning names them) are left in
     high precision: a plain ``nn.Linear`` (a ``QuantLinear`` of an earlier conversion becomes one again, sharing
     its parameters). Each layer's random streams derive from its qualified name (and ``seed``, which shifts every
-    stream of the model). A layer reached under several names (one module used twice) becomes one QuantLinear,
-    named by its first name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its
-    parameters, stream and step."""
+    stream of the model). Names are those of the model as written: ``torch.compile`` wrappers add nothing to
+    them. A layer reached under several names (one module used twice) becomes one QuantLinear, named by its first
+    name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its parameters, stream
+    and step."""
     r = get_recipe(recipe)
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"quantize_model: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -345,18 +347,36 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
     skip = (skip,) if isinstance(skip, str) else tuple(skip)  # one pattern, not its characters
     unfit: list[str] = []
     done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
-    for name, child in list(model.named_modules(remove_duplicate=False)):
-        if not isinstance(child, torch.nn.Linear) or not name:
+    for path, child in list(model.named_modules(remove_duplicate=False)):
+        if not isinstance(child, torch.nn.Linear) or not path:
             continue
         if id(child) not in done:
-            done[id(child)] = _converted(child, name, r, seed, skip, unfit)
+            done[id(child)] = _converted(child, _model_name(model, path), r, seed, skip, unfit)
         if done[id(child)] is not child:
-            parent, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, attr, done[id(child)])
+            parent, _, attr = path.rpartition(".")
+            owner = model.get_submodule(parent) if parent else model
+            if _compiled_wrapper(owner):  # its compiled forward is bound to child
+                raise InputError(f"quantize_model: layer '{_model_name(model, path)}' is an nn.Linear compiled on "
+                                 "its own (torch.compile(linear)); convert it before compiling it")
+            setattr(owner, attr, done[id(child)])
     if unfit:
         warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
                       f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
     return model
+
+
+def _compiled_wrapper(m: torch.nn.Module) -> bool:
+    """Whether ``m`` is the wrapper ``torch.compile`` returns for a module (which exists only once torch._dynamo is
+    imported: not importing it here spares a process that never compiles its import time)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and isinstance(m, eval_frame.OptimizedModule)
+
+
+def _model_name(model: torch.nn.Module, path: str) -> str:
+    """The qualified name of the module at ``path`` in the user's model: without the ``_orig_mod`` steps of
+    ``torch.compile`` wrappers (so patterns and random streams do not depend on whether the model, or a block of
+    it, was compiled first)."""
+    return ".".join(p for p in path.split(".") if p != "_orig_mod")
 
 
 def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tuple[str, ...],
