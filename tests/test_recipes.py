@@ -364,3 +364,36 @@ def test_double_backward_through_a_layer_is_refused_not_silently_dropped():
         (x.sum() + dx.square().sum()).backward()
     (dx,) = torch.autograd.grad(layer(x).square().sum(), x)  # first-order gradients as before
     assert dx.shape == x.shape and not dx.requires_grad
+
+
+def test_quantize_model_keeps_mode_and_hooks_and_refuses_layers_it_cannot_take_over():
+    """A converted layer keeps the replaced layer's eval mode and hooks (whose handles still remove them); a lazy
+    layer before its first run and a parametrized weight are one-line errors (not a 0-wide layer or a traceback);
+    nn.MultiheadAttention's out_proj, whose forward attention never calls, stays nn.Linear with a warning instead
+    of being reported converted while it runs in high precision."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    seen = []
+    handle = model[0].register_forward_hook(lambda mod, args, out: seen.append(type(mod).__name__))
+    model.eval()
+    quantize_model(model, "ufp4")
+    assert isinstance(model[0], QuantLinear) and not model[0].training and not model[1].training
+    model(torch.randn(32, 64))
+    assert seen == ["QuantLinear"]
+    handle.remove()
+    model(torch.randn(32, 64))
+    assert seen == ["QuantLinear"]
+    lazy = torch.nn.Sequential(torch.nn.LazyLinear(64))
+    with pytest.raises(fp4lab.InputError, match="layer '0': a lazy linear layer .* run the model once"):
+        quantize_model(lazy, "ufp4")
+    normed = torch.nn.Sequential(torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(64, 64)))
+    with pytest.raises(fp4lab.InputError, match="layer '0': the layer's weight is parametrized"):
+        quantize_model(normed, "ufp4")
+    attn = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(attn, "ufp4")
+    assert type(attn.self_attn.out_proj) is torch.nn.modules.linear.NonDynamicallyQuantizableLinear
+    assert isinstance(attn.linear1, QuantLinear) and isinstance(attn.linear2, QuantLinear)
+    assert [str(w.message) for w in caught if "MultiheadAttention" in str(w.message)] == [
+        "quantize_model: kept 1 linear layer(s) in high precision that nn.MultiheadAttention runs from their weights "
+        "without calling them: self_attn.out_proj"]

@@ -133,7 +133,10 @@ class QuantLinear(torch.nn.Linear):
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
                     name: str | None = None) -> "QuantLinear":
         """A QuantLinear sharing ``linear``'s parameters; from a QuantLinear it also keeps the random stream and
-        its step (``name`` and ``seed`` then unused)."""
+        its step (``name`` and ``seed`` then unused). The QuantLinear takes ``linear``'s train/eval mode and its
+        hooks (the handles that registered them still remove them). A lazy layer not yet run and a parametrized
+        weight (``torch.nn.utils.parametrize``) are refused."""
+        _check_convertible(linear, name or "QuantLinear.from_linear")
         q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, recipe=recipe, seed=seed,
                 name=name, device="meta")
         q.weight = linear.weight
@@ -144,6 +147,7 @@ class QuantLinear(torch.nn.Linear):
         else:
             q._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
                           linear.weight.device)
+        _take_over(q, linear)
         return q
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -193,6 +197,33 @@ class QuantLinear(torch.nn.Linear):
         super().__setstate__(state)
         self.recipe = recipe
         self._set_spec(LayerSpec(register_recipe(recipe), rht_seed))
+
+
+_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+          "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook",
+          "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def _take_over(new: torch.nn.Module, old: torch.nn.Module) -> None:
+    """``new`` takes ``old``'s place: its train/eval mode and its hooks (the very dicts, which the handles of
+    ``register_*_hook`` remove from)."""
+    new.train(old.training)
+    for attr in _HOOKS:
+        if attr in old.__dict__:
+            setattr(new, attr, old.__dict__[attr])
+
+
+def _check_convertible(linear: torch.nn.Linear, where: str) -> None:
+    """Refuse layers whose weight a QuantLinear cannot share: lazy ones before their first run, parametrized ones."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+    from torch.nn.utils import parametrize
+
+    if isinstance(linear, LazyModuleMixin) and linear.has_uninitialized_params():
+        raise InputError(f"{where}: a lazy linear layer whose in_features are not known yet; run the model once "
+                         "before converting it")
+    if parametrize.is_parametrized(linear):
+        raise InputError(f"{where}: the layer's weight is parametrized (torch.nn.utils.parametrize, e.g. weight_norm), "
+                         "which a QuantLinear does not keep; convert the layer before parametrizing it")
 
 
 class TokenShard:
@@ -330,14 +361,16 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
                    skip: str | tuple[str, ...] = ()) -> torch.nn.Module:
     """Replace every ``nn.Linear`` of ``model`` by a ``QuantLinear`` sharing its parameters, in place; returns the
     model. Layers whose qualified name matches a pattern of ``skip`` (fnmatch patterns, e.g. ``"lm_head"``,
-    ``"blocks.0.*"``; a string is one pattern) stay as they are. Layers matching the recipe's ``high_precision``
-    and layers whose widths are not multiples of the recipe's block sizes (one warning names them) are left in
-    high precision: a plain ``nn.Linear`` (a ``QuantLinear`` of an earlier conversion becomes one again, sharing
-    its parameters). Each layer's random streams derive from its qualified name (and ``seed``, which shifts every
-    stream of the model). Names are those of the model as written: ``torch.compile`` wrappers add nothing to
-    them. A layer reached under several names (one module used twice) becomes one QuantLinear, named by its first
-    name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its parameters, stream
-    and step."""
+    ``"blocks.0.*"``; a string is one pattern) stay as they are. Layers matching the recipe's ``high_precision``,
+    layers whose widths are not multiples of the recipe's block sizes and the ``out_proj`` of
+    ``nn.MultiheadAttention`` (which reads its weight and never calls it) are left in high precision (a warning
+    names the last two kinds): a plain ``nn.Linear`` (a ``QuantLinear`` of an earlier conversion becomes one
+    again, sharing its parameters). Each layer's random streams derive from its qualified name (and ``seed``,
+    which shifts every stream of the model). Names are those of the model as written: ``torch.compile`` wrappers
+    add nothing to them. A layer reached under several names (one module used twice) becomes one QuantLinear,
+    named by its first name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its
+    parameters, stream and step. Each QuantLinear takes the train/eval mode and the hooks of the layer it
+    replaces (``QuantLinear.from_linear``)."""
     r = get_recipe(recipe)
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"quantize_model: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -346,8 +379,12 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
                          "QuantLinear.from_linear")
     skip = (skip,) if isinstance(skip, str) else tuple(skip)  # one pattern, not its characters
     unfit: list[str] = []
+    bypassed: list[str] = []  # out_proj of nn.MultiheadAttention: its weight is used, its forward never runs
     done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
     for path, child in list(model.named_modules(remove_duplicate=False)):
+        if isinstance(child, torch.nn.MultiheadAttention) and id(child.out_proj) not in done:
+            done[id(child.out_proj)] = _plain(child.out_proj)
+            bypassed.append(_model_name(model, f"{path}.out_proj" if path else "out_proj"))
         if not isinstance(child, torch.nn.Linear) or not path:
             continue
         if id(child) not in done:
@@ -359,6 +396,10 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
                 raise InputError(f"quantize_model: layer '{_model_name(model, path)}' is an nn.Linear compiled on "
                                  "its own (torch.compile(linear)); convert it before compiling it")
             setattr(owner, attr, done[id(child)])
+    if bypassed:
+        warnings.warn(f"quantize_model: kept {len(bypassed)} linear layer(s) in high precision that "
+                      f"nn.MultiheadAttention runs from their weights without calling them: {', '.join(bypassed)}",
+                      stacklevel=2)
     if unfit:
         warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
                       f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
@@ -391,6 +432,7 @@ def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tu
         return _plain(child)
     if isinstance(child, QuantLinear) and child.recipe == r:
         return child
+    _check_convertible(child, f"quantize_model: layer '{name}'")
     return QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name)
 
 
@@ -401,6 +443,7 @@ def _plain(child: torch.nn.Linear) -> torch.nn.Linear:
     plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
     plain.weight = child.weight
     plain.bias = child.bias
+    _take_over(plain, child)
     return plain
 
 
