@@ -299,6 +299,25 @@ def test_a_model_built_on_the_meta_device_gets_its_streams_back():
     _assert_same(_steps(direct, xs, gs), _steps(lazy, xs, gs), "meta")
 
 
+def test_to_empty_alone_gives_a_meta_built_model_its_streams_and_zero_fp8_counts():
+    """A model materialized with to_empty and initialized without reset_parameters (its own init, or a
+    checkpoint, as torchtitan does): each layer's stream at step 0 and zero FP8 counts are written when the buffers
+    leave the meta device, not left as uninitialized memory."""
+    torch.manual_seed(0)
+    direct = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "mxfp4-fp8")
+    with torch.device("meta"):
+        lazy = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "mxfp4-fp8")
+    torch.full((1 << 16,), -1, dtype=torch.int64)  # (freed memory that to_empty may hand out again)
+    lazy.to_empty(device="cpu")
+    lazy.load_state_dict(direct.state_dict())
+    assert lazy[0].sr_state.tolist() == direct[0].sr_state.tolist() and lazy[0].step == 0
+    assert lazy[0].fp8_counts.tolist() == [[0, 0]] * 3
+    xs, gs = _data(1, k=64)
+    gs = [torch.randn(32, 64)]
+    _assert_same(_steps(direct, xs, gs), _steps(lazy, xs, gs), "to_empty")
+    assert lazy[0].fp8_stats == direct[0].fp8_stats and lazy[0].step == 1
+
+
 def test_quantize_model_of_a_compiled_model_names_layers_as_the_model_does():
     """quantize_model of a model already wrapped by torch.compile (whole, or one block) names its layers as the
     plain model does (no "_orig_mod" step): high_precision patterns match, and the compiled model draws the

@@ -83,12 +83,26 @@ class QuantLinear(torch.nn.Linear):
         return self._stream
 
     def reset_parameters(self) -> None:
-        """``nn.Linear``'s initialization, and the random stream back to step 0 (after ``to_empty`` of a model built
-        on the meta device, this also writes the stream into the fresh ``sr_state``)."""
+        """``nn.Linear``'s initialization, the random stream back to step 0 and the FP8 counts to 0."""
         super().reset_parameters()
         if "sr_state" in self._buffers and not self.sr_state.is_meta:
-            with torch.no_grad():
-                self.sr_state.copy_(torch.tensor([streams.signed64(self._stream), 0], dtype=torch.int64))
+            self._restart()
+
+    def _restart(self) -> None:
+        """Write the layer's stream at step 0 into ``sr_state`` and zero ``fp8_counts``."""
+        with torch.no_grad():
+            self.sr_state.copy_(torch.tensor([streams.signed64(self._stream), 0], dtype=torch.int64))
+            self.fp8_counts.zero_()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "QuantLinear":
+        """``nn.Module._apply`` (``to``, ``to_empty``, ...); buffers materialized from the meta device (``to_empty``
+        leaves them unwritten) get the layer's stream at step 0 and zero FP8 counts, whatever initializes the
+        weights afterwards."""
+        was_meta = "sr_state" in self._buffers and self.sr_state.is_meta
+        super()._apply(fn, recurse)
+        if was_meta and not self.sr_state.is_meta:
+            self._restart()
+        return self
 
     @property
     def rht_seed(self) -> int:
