@@ -145,6 +145,18 @@ def test_activation_checkpointing_recomputes_the_same_operands():
     assert [m.step for m in ckpt.modules() if isinstance(m, QuantLinear)] == [2, 2]
 
 
+def test_fp8_counts_under_activation_checkpointing_count_the_recomputed_fprop_again():
+    """fp8_stats under checkpointing (docs/recipes.md): the recomputed forward converts FPROP's operand rows again,
+    so they count twice; DGRAD and WGRAD run once."""
+    xs, gs = _data(1)
+    plain = _model("mxfp4-fp8")
+    ckpt = copy.deepcopy(plain)
+    _assert_same(_steps(plain, xs, gs), _steps(Checkpointed(ckpt), xs, gs), "checkpoint fp8")
+    want, got = plain[2].fp8_stats, ckpt[2].fp8_stats
+    assert want["fprop"]["rows"] > 0 and got["fprop"]["rows"] == 2 * want["fprop"]["rows"]
+    assert got["dgrad"] == want["dgrad"] and got["wgrad"] == want["wgrad"] and want["wgrad"]["rows"] > 0
+
+
 def test_activation_checkpointing_under_torch_compile():
     """A checkpointed model compiled with fullgraph=True gives the plain eager steps' bits (ufp4: its recomputed
     forward draws nothing, its backward draws with the step of the first forward) and advances each step once."""
