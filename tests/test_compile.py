@@ -358,3 +358,18 @@ def test_quantize_model_of_a_compiled_model_names_layers_as_the_model_does():
     with pytest.raises(fp4lab.InputError, match="layer '0' is an nn.Linear compiled on its own"):
         quantize_model(alone, "ufp4")
     torch._dynamo.reset()
+
+
+def test_input_errors_under_torch_compile():
+    """docs/recipes.md: a layer's one-line input error is raised as is under torch.compile without fullgraph, and
+    quoted inside Dynamo's Unsupported error with fullgraph=True."""
+    import fp4lab
+
+    m = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4")
+    torch._dynamo.reset()
+    with pytest.raises(fp4lab.InputError, match="0: 40 tokens"):
+        torch.compile(m)(torch.randn(40, 64))
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"(?s)Observed exception.*InputError\(.0: 40 tokens"):
+        torch.compile(m, fullgraph=True)(torch.randn(40, 64))
+    torch._dynamo.reset()
