@@ -6,6 +6,7 @@ pass torch.library.opcheck."""
 import copy
 import io
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -224,8 +225,12 @@ def test_hostile_layer_inputs_are_clear_errors():
     layer = QuantLinear(64, 32, recipe="ufp4")
     with pytest.raises(fp4lab.InputError, match=r"input of shape \(\)"):
         layer(torch.tensor(1.0))
-    with pytest.raises(fp4lab.InputError, match="step: expected an int"):
-        layer.step = "x"
+    for bad in ("x", True, 2.0, -1, 2**63, torch.tensor(3.0), torch.tensor(True), torch.tensor([1, 2])):
+        with pytest.raises(fp4lab.InputError, match="step: expected an int"):
+            layer.step = bad
+    for good in (np.int64(5), torch.tensor(6), torch.tensor([7], dtype=torch.int32)):  # e.g. a checkpoint's value
+        layer.step = good
+        assert layer.step == int(good)
     with pytest.raises(fp4lab.InputError, match="dtype torch.int32"):
         layer(torch.zeros(32, 64, dtype=torch.int32))
     meta = QuantLinear(64, 32, recipe="nvfp4", device="meta")

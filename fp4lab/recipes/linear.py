@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import operator
 import sys
 import warnings
 from typing import Any
@@ -116,9 +117,9 @@ class QuantLinear(torch.nn.Linear):
 
     @step.setter
     def step(self, value: int) -> None:
-        _check_step("QuantLinear.step", value)
+        step = _check_step("QuantLinear.step", value)
         with torch.no_grad():
-            self.sr_state[1] = value
+            self.sr_state[1] = step
 
     @property
     def fp8_stats(self) -> dict[str, dict[str, int]]:
@@ -136,7 +137,7 @@ class QuantLinear(torch.nn.Linear):
         formats (else None)."""
         _check_operand(f"{self._where()}.operands", t, operand, (k_gemm, m_gemm))
         if step is not None:
-            _check_step(f"{self._where()}.operands: step", step)
+            step = _check_step(f"{self._where()}.operands: step", step)
         state = self.sr_state if step is None else torch.tensor([streams.signed64(self._stream), step],
                                                                 dtype=torch.int64, device=self.sr_state.device)
         r = runtime(self.layer_spec)
@@ -289,9 +290,17 @@ def set_token_shard(model: torch.nn.Module, shard: TokenShard | None) -> None:
 _GEMMS_OF = {"x": ("fprop", "wgrad"), "w": ("fprop", "dgrad"), "dy": ("dgrad", "wgrad")}
 
 
-def _check_step(where: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+def _check_step(where: str, value: Any) -> int:
+    """``value`` as a step: an integer (a Python, numpy or one-element integer torch value, such as an optimizer's
+    step tensor; not a bool) in [0, 2**63)."""
+    item = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+    try:
+        step = None if isinstance(item, bool) else operator.index(item)
+    except TypeError:
+        step = None
+    if step is None or not 0 <= step < 2**63:
         raise InputError(f"{where}: expected an int in [0, 2**63), got {value!r}")
+    return step
 
 
 def _check_operand(where: str, t: Any, operand: Any, gemms: tuple[Any, ...]) -> None:
