@@ -233,6 +233,8 @@ def test_hostile_layer_inputs_are_clear_errors():
         assert layer.step == int(good)
     with pytest.raises(fp4lab.InputError, match="dtype torch.int32"):
         layer(torch.zeros(32, 64, dtype=torch.int32))
+    with pytest.raises(fp4lab.InputError, match="weight has dtype torch.float64; expected bfloat16"):
+        QuantLinear(64, 32, recipe="ufp4", dtype=torch.float64)(torch.zeros(32, 64))
     meta = QuantLinear(64, 32, recipe="nvfp4", device="meta")
     y = meta(torch.empty(32, 64, device="meta"))
     assert y.shape == (32, 32) and y.device.type == "meta"

@@ -168,8 +168,9 @@ class QuantLinear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise InputError(f"{self._where()}: input of shape {tuple(x.shape)}; expected [..., {self.in_features}]")
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise InputError(f"{self._where()}: input has dtype {x.dtype}; expected bfloat16, float16 or float32")
+        for what, t in (("input", x), ("weight", self.weight), ("bias", self.bias)):
+            if t is not None and t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+                raise InputError(f"{self._where()}: {what} has dtype {t.dtype}; expected bfloat16, float16 or float32")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
