@@ -397,3 +397,15 @@ def test_quantize_model_keeps_mode_and_hooks_and_refuses_layers_it_cannot_take_o
     assert [str(w.message) for w in caught if "MultiheadAttention" in str(w.message)] == [
         "quantize_model: kept 1 linear layer(s) in high precision that nn.MultiheadAttention runs from their weights "
         "without calling them: self_attn.out_proj"]
+
+
+def test_layers_built_without_name_or_seed_share_the_stream_of_seed_0():
+    """docs/recipes.md, "Random streams and steps": layers built directly without name or seed draw the same bits;
+    a name or seed each gives them their own."""
+    a, b = QuantLinear(64, 64, recipe="ufp4"), QuantLinear(64, 64, recipe="ufp4")
+    assert a.stream == b.stream == streams.stream_of_seed(0)
+    x = torch.randn(32, 64)
+    assert torch.equal(a.operands(x, "dy", "dgrad")[0], b.operands(x, "dy", "dgrad")[0])
+    c, d = QuantLinear(64, 64, recipe="ufp4", name="c"), QuantLinear(64, 64, recipe="ufp4", seed=1)
+    assert len({a.stream, c.stream, d.stream}) == 3
+    assert not torch.equal(a.operands(x, "dy", "dgrad")[0], c.operands(x, "dy", "dgrad")[0])
