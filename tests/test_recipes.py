@@ -409,3 +409,14 @@ def test_layers_built_without_name_or_seed_share_the_stream_of_seed_0():
     c, d = QuantLinear(64, 64, recipe="ufp4", name="c"), QuantLinear(64, 64, recipe="ufp4", seed=1)
     assert len({a.stream, c.stream, d.stream}) == 3
     assert not torch.equal(a.operands(x, "dy", "dgrad")[0], c.operands(x, "dy", "dgrad")[0])
+
+
+def test_forward_sr_operands_draw_the_same_bits_until_backward_advances_the_step():
+    """docs/recipes.md: an SR forward operand (here x) reads the step, which only backward advances, so two uses of
+    a layer in one step (before its backward) draw the same bits; the next step draws fresh ones."""
+    layer = QuantLinear(64, 64, recipe=Recipe(name="sr-x", format="mxfp4", sr=["x"]), name="shared")
+    x = torch.randn(32, 64)
+    first, second = layer(x), layer(x)
+    assert torch.equal(first, second) and layer.step == 0
+    (first + second).sum().backward()
+    assert layer.step == 2 and not torch.equal(layer(x), first)
