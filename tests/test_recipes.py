@@ -317,6 +317,21 @@ def test_quantize_model_again_leaves_the_new_recipes_high_precision_layers_in_hi
         quantize_model("model", "ufp4")
 
 
+@pytest.mark.parametrize("call, match", [
+    (lambda: QuantLinear(64, 64, name=5), "QuantLinear: name must be a string"),
+    (lambda: QuantLinear(64, 64, seed="a"), "QuantLinear: seed must be an int, got 'a'"),
+    (lambda: QuantLinear(64, 64, seed=1.5), "QuantLinear: seed must be an int, got 1.5"),
+    (lambda: quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4", skip=None), "skip must be a"),
+    (lambda: quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4", skip=[0]), r"got \[0\]"),
+    (lambda: quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4", seed="x"), "seed must be an int"),
+])
+def test_layer_and_conversion_arguments_are_checked(call, match):
+    """A name or seed of the wrong type is a one-line InputError (not an AttributeError deep in the stream hash, nor
+    a float seed truncated in silence); so is a skip that is not patterns."""
+    with pytest.raises(fp4lab.InputError, match=match):
+        call()
+
+
 @pytest.mark.parametrize("args, match", [
     ((torch.randn(32, 64).numpy(), "ufp4", "x", "fprop", -1), "expected a torch.Tensor, got ndarray"),
     ((torch.randn(2, 32, 64), "ufp4", "x", "fprop", -1), r"2-D floating-point tensor, got shape \(2, 32, 64\)"),

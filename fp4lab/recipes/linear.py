@@ -57,6 +57,10 @@ class QuantLinear(torch.nn.Linear):
                  seed: int = 0, name: str | None = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
+        if name is not None and not isinstance(name, str):
+            raise InputError(f"QuantLinear: name must be a string (the qualified module name), got {name!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InputError(f"QuantLinear: seed must be an int, got {seed!r}")
         self.layer_name = name
         _check_features(self.recipe, in_features, out_features, name or type(self).__name__)
         self._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
@@ -401,7 +405,13 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
     if isinstance(model, torch.nn.Linear):
         raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
                          "QuantLinear.from_linear")
-    skip = (skip,) if isinstance(skip, str) else tuple(skip)  # one pattern, not its characters
+    if isinstance(skip, str):
+        skip = (skip,)  # one pattern, not its characters
+    if not isinstance(skip, (tuple, list, set)) or not all(isinstance(p, str) for p in skip):
+        raise InputError(f"quantize_model: skip must be a pattern or a tuple of patterns (strings), got {skip!r}")
+    skip = tuple(skip)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError(f"quantize_model: seed must be an int, got {seed!r}")
     unfit: list[str] = []
     bypassed: list[str] = []  # out_proj of nn.MultiheadAttention: its weight is used, its forward never runs
     done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
