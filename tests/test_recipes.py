@@ -435,3 +435,40 @@ def test_forward_sr_operands_draw_the_same_bits_until_backward_advances_the_step
     assert torch.equal(first, second) and layer.step == 0
     (first + second).sum().backward()
     assert layer.step == 2 and not torch.equal(layer(x), first)
+
+
+class _Scaled(torch.nn.Linear):
+    """A linear layer whose forward is not nn.Linear's."""
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class _WithAdapter(torch.nn.Linear):
+    """A linear layer with parameters of its own (a LoRA-like adapter that nn.Linear's forward ignores)."""
+
+    def __init__(self, d):
+        super().__init__(d, d)
+        self.lora = torch.nn.Parameter(torch.zeros(d, 8))
+
+
+class _Renamed(torch.nn.Linear):
+    """nn.Linear under another name: nothing of its own."""
+
+
+def test_quantize_model_keeps_linear_subclasses_that_compute_something_else():
+    """A subclass of nn.Linear with its own forward or parameters stays as it is, with a warning naming it,
+    instead of silently losing them to a QuantLinear; one that adds nothing is converted."""
+    model = torch.nn.Sequential(_Scaled(64, 64), _WithAdapter(64), _Renamed(64, 64))
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        want = model[0](x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, "ufp4")
+    assert type(model[0]) is _Scaled and type(model[1]) is _WithAdapter and isinstance(model[2], QuantLinear)
+    with torch.no_grad():
+        assert torch.equal(model[0](x), want)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "kept 2 linear layer(s) as they are" in messages[0]
+    assert "0 (_Scaled), 1 (_WithAdapter)" in messages[0]

@@ -398,7 +398,8 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
     add nothing to them. A layer reached under several names (one module used twice) becomes one QuantLinear,
     named by its first name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its
     parameters, stream and step. Each QuantLinear takes the train/eval mode and the hooks of the layer it
-    replaces (``QuantLinear.from_linear``)."""
+    replaces (``QuantLinear.from_linear``). Subclasses of ``nn.Linear`` with a forward of their own or further
+    parameters, buffers or modules stay as they are (a warning names them): a QuantLinear would drop those."""
     r = get_recipe(recipe)
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"quantize_model: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -414,6 +415,7 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
         raise InputError(f"quantize_model: seed must be an int, got {seed!r}")
     unfit: list[str] = []
     bypassed: list[str] = []  # out_proj of nn.MultiheadAttention: its weight is used, its forward never runs
+    custom: list[str] = []  # nn.Linear subclasses with a forward or state of their own
     done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
     for path, child in list(model.named_modules(remove_duplicate=False)):
         if isinstance(child, torch.nn.MultiheadAttention) and id(child.out_proj) not in done:
@@ -422,7 +424,7 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
         if not isinstance(child, torch.nn.Linear) or not path:
             continue
         if id(child) not in done:
-            done[id(child)] = _converted(child, _model_name(model, path), r, seed, skip, unfit)
+            done[id(child)] = _converted(child, _model_name(model, path), r, seed, skip, unfit, custom)
         if done[id(child)] is not child:
             parent, _, attr = path.rpartition(".")
             owner = model.get_submodule(parent) if parent else model
@@ -434,6 +436,10 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
         warnings.warn(f"quantize_model: kept {len(bypassed)} linear layer(s) in high precision that "
                       f"nn.MultiheadAttention runs from their weights without calling them: {', '.join(bypassed)}",
                       stacklevel=2)
+    if custom:
+        warnings.warn(f"quantize_model: kept {len(custom)} linear layer(s) as they are whose class changes "
+                      f"nn.Linear's forward or adds parameters, buffers or modules, which a QuantLinear would drop: "
+                      f"{', '.join(custom)}", stacklevel=2)
     if unfit:
         warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
                       f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
@@ -455,8 +461,9 @@ def _model_name(model: torch.nn.Module, path: str) -> str:
 
 
 def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tuple[str, ...],
-               unfit: list[str]) -> torch.nn.Module:
-    """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``)."""
+               unfit: list[str], custom: list[str]) -> torch.nn.Module:
+    """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``); layers kept for their
+    widths are added to ``unfit``, subclasses of ``nn.Linear`` that compute something else to ``custom``."""
     if any(fnmatch.fnmatchcase(name, p) for p in skip):
         return child
     if any(fnmatch.fnmatchcase(name, p) for p in r.high_precision):
@@ -467,7 +474,17 @@ def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tu
     if isinstance(child, QuantLinear) and child.recipe == r:
         return child
     _check_convertible(child, f"quantize_model: layer '{name}'")
+    if not isinstance(child, QuantLinear) and not _plain_linear(child):
+        custom.append(f"{name} ({type(child).__name__})")
+        return child
     return QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name)
+
+
+def _plain_linear(linear: torch.nn.Linear) -> bool:
+    """Whether ``linear`` computes what ``nn.Linear`` does from its weight and bias alone (its class keeps
+    ``nn.Linear.forward`` and it holds no other parameters, buffers or modules), so a QuantLinear can replace it."""
+    return (type(linear).forward is torch.nn.Linear.forward and set(linear._parameters) <= {"weight", "bias"}
+            and not linear._buffers and not linear._modules)
 
 
 def _plain(child: torch.nn.Linear) -> torch.nn.Linear:
