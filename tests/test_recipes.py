@@ -472,3 +472,22 @@ def test_quantize_model_keeps_linear_subclasses_that_compute_something_else():
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "kept 2 linear layer(s) as they are" in messages[0]
     assert "0 (_Scaled), 1 (_WithAdapter)" in messages[0]
+
+
+def test_quantize_model_warns_about_patterns_that_match_no_layer():
+    """A skip or high_precision pattern that matches no linear layer (a typo such as "lm-head", or "blocks.0" for
+    the layers "blocks.0.*") is named in a warning, instead of leaving the layer it meant quantized in silence."""
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64))])
+    model.lm_head = torch.nn.Linear(64, 64)
+    r = Recipe(name="hp-typo", format="mxfp4", high_precision=["lm-head", "lm_*"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, r, skip=("blocks.0",))
+    assert [str(w.message) for w in caught] == [
+        "quantize_model: pattern(s) matching no linear layer of the model: 'blocks.0' (skip), 'lm-head' "
+        "(high_precision)"]
+    assert isinstance(model.blocks[0][0], QuantLinear) and type(model.lm_head) is torch.nn.Linear
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantize_model(model, r.model_copy(update={"high_precision": ["lm_head"]}), skip=("blocks.0.*",))

@@ -432,17 +432,20 @@ def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
                 raise InputError(f"quantize_model: layer '{_model_name(model, path)}' is an nn.Linear compiled on "
                                  "its own (torch.compile(linear)); convert it before compiling it")
             setattr(owner, attr, done[id(child)])
-    if bypassed:
-        warnings.warn(f"quantize_model: kept {len(bypassed)} linear layer(s) in high precision that "
-                      f"nn.MultiheadAttention runs from their weights without calling them: {', '.join(bypassed)}",
+    names = {_model_name(model, path) for path, m in model.named_modules(remove_duplicate=False)
+             if isinstance(m, torch.nn.Linear) and path}
+    unmatched = [f"{p!r} ({where})" for where, patterns in (("skip", skip), ("high_precision", r.high_precision))
+                 for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    for kept, why in ((bypassed, "in high precision that nn.MultiheadAttention runs from their weights without "
+                       "calling them"),
+                      (custom, "as they are whose class changes nn.Linear's forward or adds parameters, buffers or "
+                       "modules, which a QuantLinear would drop"),
+                      (unfit, f"in high precision whose widths are not multiples of recipe '{r.name}''s block sizes")):
+        if kept:
+            warnings.warn(f"quantize_model: kept {len(kept)} linear layer(s) {why}: {', '.join(kept)}", stacklevel=2)
+    if unmatched:
+        warnings.warn(f"quantize_model: pattern(s) matching no linear layer of the model: {', '.join(unmatched)}",
                       stacklevel=2)
-    if custom:
-        warnings.warn(f"quantize_model: kept {len(custom)} linear layer(s) as they are whose class changes "
-                      f"nn.Linear's forward or adds parameters, buffers or modules, which a QuantLinear would drop: "
-                      f"{', '.join(custom)}", stacklevel=2)
-    if unfit:
-        warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
-                      f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
     return model
 
 
