@@ -268,6 +268,8 @@ def test_fake_quantize_function_matches_reference():
     from fp4lab.recipes import fake_quantize
 
     x = torch.randn(32, 64)
+    assert not fake_quantize(x.requires_grad_(), "e2m1-ref", "x", "fprop", -1).requires_grad  # detached
+    x = x.detach()
     got = fake_quantize(x, "e2m1-ref", "dy", "wgrad", axis=0, seed=9)
     want, _ = fake_quantize_reference(x.numpy(), fp4lab.get_format("e2m1-b16-fp32"), "sr", 9, 0, 16, 0, 16, "bf16")
     assert np.array_equal(got.float().numpy().view(np.uint32), want.view(np.uint32))

@@ -505,8 +505,8 @@ def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, ax
     """The GEMM operand ``operand`` of ``gemm`` under ``recipe``, blocked along ``axis`` (-1: K, 0: M) of 2-D ``t``,
     as the recipe's GEMMs see it (``gemm_dtype``; two-level formats with their tensor scale applied); SR from
     ``seed`` (an int in [0, 2**63)); RHT signs from the recipe's ``rht_seed`` (a layer's own signs under
-    ``rht_signs = "per_layer"`` and its SR keys: ``QuantLinear.operands``). Runs as the custom op
-    ``fp4lab::fake_quant`` (``torch.compile`` traces it)."""
+    ``rht_signs = "per_layer"`` and its SR keys: ``QuantLinear.operands``). The result is detached (no gradient
+    flows through it). Runs as the custom op ``fp4lab::fake_quant`` (``torch.compile`` traces it)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InputError(f"fake_quantize: seed must be an int in [0, 2**63), got {seed!r}")
     _check_operand("fake_quantize", t, operand, (gemm,))
