@@ -383,6 +383,8 @@ def test_double_backward_through_a_layer_is_refused_not_silently_dropped():
     assert dx.shape == x.shape and not dx.requires_grad
     with pytest.raises(RuntimeError):  # torch.func transforms: refused by torch, as docs/recipes.md says
         torch.func.grad(lambda t: layer(t).sum())(x.detach())
+    with pytest.raises(RuntimeError):
+        torch.func.vmap(layer)(torch.randn(2, 32, 64))
 
 
 def test_quantize_model_keeps_mode_and_hooks_and_refuses_layers_it_cannot_take_over():
