@@ -60,6 +60,8 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_compile.py::test_compiled_steps_have_no_graph_break_and_equal_eager_bit_for_bit": SUB + SLOW,
     "test_compile.py::test_other_compile_modes_equal_eager_bit_for_bit": SUB + SLOW,
     "test_compile.py::test_piece_ops_pass_opcheck_and_fake_quantize_compiles": SUB + SLOW,
+    "test_compile.py::test_quantize_model_of_a_compiled_model_names_layers_as_the_model_does": SUB + SLOW,
+    "test_compile.py::test_input_errors_under_torch_compile": SUB + SLOW,
     "test_compile.py::test_recipe_file_compiles_like_its_builtin": SUB + SLOW,
     "test_hw_gemm.py::test_compiled_steps_equal_eager_bit_for_bit": SUB + SLOW,
     # optional dependencies hidden from a fresh interpreter; torch's thread settings in one

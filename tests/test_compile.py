@@ -6,6 +6,7 @@ pass torch.library.opcheck."""
 import copy
 import io
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -145,6 +146,18 @@ def test_activation_checkpointing_recomputes_the_same_operands():
     assert [m.step for m in ckpt.modules() if isinstance(m, QuantLinear)] == [2, 2]
 
 
+def test_fp8_counts_under_activation_checkpointing_count_the_recomputed_fprop_again():
+    """fp8_stats under checkpointing (docs/recipes.md): the recomputed forward converts FPROP's operand rows again,
+    so they count twice; DGRAD and WGRAD run once."""
+    xs, gs = _data(1)
+    plain = _model("mxfp4-fp8")
+    ckpt = copy.deepcopy(plain)
+    _assert_same(_steps(plain, xs, gs), _steps(Checkpointed(ckpt), xs, gs), "checkpoint fp8")
+    want, got = plain[2].fp8_stats, ckpt[2].fp8_stats
+    assert want["fprop"]["rows"] > 0 and got["fprop"]["rows"] == 2 * want["fprop"]["rows"]
+    assert got["dgrad"] == want["dgrad"] and got["wgrad"] == want["wgrad"] and want["wgrad"]["rows"] > 0
+
+
 def test_activation_checkpointing_under_torch_compile():
     """A checkpointed model compiled with fullgraph=True gives the plain eager steps' bits (ufp4: its recomputed
     forward draws nothing, its backward draws with the step of the first forward) and advances each step once."""
@@ -212,10 +225,16 @@ def test_hostile_layer_inputs_are_clear_errors():
     layer = QuantLinear(64, 32, recipe="ufp4")
     with pytest.raises(fp4lab.InputError, match=r"input of shape \(\)"):
         layer(torch.tensor(1.0))
-    with pytest.raises(fp4lab.InputError, match="step: expected an int"):
-        layer.step = "x"
+    for bad in ("x", True, 2.0, -1, 2**63, torch.tensor(3.0), torch.tensor(True), torch.tensor([1, 2])):
+        with pytest.raises(fp4lab.InputError, match="step: expected an int"):
+            layer.step = bad
+    for good in (np.int64(5), torch.tensor(6), torch.tensor([7], dtype=torch.int32)):  # e.g. a checkpoint's value
+        layer.step = good
+        assert layer.step == int(good)
     with pytest.raises(fp4lab.InputError, match="dtype torch.int32"):
         layer(torch.zeros(32, 64, dtype=torch.int32))
+    with pytest.raises(fp4lab.InputError, match="weight has dtype torch.float64; expected bfloat16"):
+        QuantLinear(64, 32, recipe="ufp4", dtype=torch.float64)(torch.zeros(32, 64))
     meta = QuantLinear(64, 32, recipe="nvfp4", device="meta")
     y = meta(torch.empty(32, 64, device="meta"))
     assert y.shape == (32, 32) and y.device.type == "meta"
@@ -297,3 +316,67 @@ def test_a_model_built_on_the_meta_device_gets_its_streams_back():
     xs, gs = _data(1, k=64)
     gs = [torch.randn(32, 64)]
     _assert_same(_steps(direct, xs, gs), _steps(lazy, xs, gs), "meta")
+
+
+def test_to_empty_alone_gives_a_meta_built_model_its_streams_and_zero_fp8_counts():
+    """A model materialized with to_empty and initialized without reset_parameters (its own init, or a
+    checkpoint, as torchtitan does): each layer's stream at step 0 and zero FP8 counts are written when the buffers
+    leave the meta device, not left as uninitialized memory."""
+    torch.manual_seed(0)
+    direct = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "mxfp4-fp8")
+    with torch.device("meta"):
+        lazy = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "mxfp4-fp8")
+    torch.full((1 << 16,), -1, dtype=torch.int64)  # (freed memory that to_empty may hand out again)
+    lazy.to_empty(device="cpu")
+    lazy.load_state_dict(direct.state_dict())
+    assert lazy[0].sr_state.tolist() == direct[0].sr_state.tolist() and lazy[0].step == 0
+    assert lazy[0].fp8_counts.tolist() == [[0, 0]] * 3
+    xs, gs = _data(1, k=64)
+    gs = [torch.randn(32, 64)]
+    _assert_same(_steps(direct, xs, gs), _steps(lazy, xs, gs), "to_empty")
+    assert lazy[0].fp8_stats == direct[0].fp8_stats and lazy[0].step == 1
+
+
+def test_quantize_model_of_a_compiled_model_names_layers_as_the_model_does():
+    """quantize_model of a model already wrapped by torch.compile (whole, or one block) names its layers as the
+    plain model does (no "_orig_mod" step): high_precision patterns match, and the compiled model draws the
+    plain eager model's stochastic-rounding bits. A linear layer compiled on its own (whose compiled forward is
+    bound to the nn.Linear) is a one-line error, not a layer left silently in high precision."""
+    import fp4lab
+
+    r = get_recipe("ufp4").model_copy(update={"name": "ufp4-hp", "high_precision": ["1"]})
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                                    torch.nn.Linear(64, 32)), torch.nn.Linear(32, 8, bias=False))
+    whole, part = copy.deepcopy(model), copy.deepcopy(model)
+    quantize_model(model, r)
+    whole = quantize_model(torch.compile(whole, fullgraph=True), r)
+    part[0] = torch.compile(part[0], fullgraph=True)
+    quantize_model(part, r)
+    for m in (whole, part):
+        names = [q.layer_name for q in m.modules() if isinstance(q, QuantLinear)]
+        assert names == ["0.0", "0.2"] and type(m.get_submodule("_orig_mod.1" if m is whole else "1")) is \
+            torch.nn.Linear
+    xs, gs = _data(2)
+    want = _steps(model, xs, gs)
+    _assert_same(want, _steps(whole, xs, gs), "compiled, then converted")
+    _assert_same(want, _steps(part, xs, gs), "block compiled, then converted")
+    alone = torch.nn.Sequential(torch.compile(torch.nn.Linear(64, 64)))
+    with pytest.raises(fp4lab.InputError, match="layer '0' is an nn.Linear compiled on its own"):
+        quantize_model(alone, "ufp4")
+    torch._dynamo.reset()
+
+
+def test_input_errors_under_torch_compile():
+    """docs/recipes.md: a layer's one-line input error is raised as is under torch.compile without fullgraph, and
+    quoted inside Dynamo's Unsupported error with fullgraph=True."""
+    import fp4lab
+
+    m = quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4")
+    torch._dynamo.reset()
+    with pytest.raises(fp4lab.InputError, match="0: 40 tokens"):
+        torch.compile(m)(torch.randn(40, 64))
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"(?s)Observed exception.*InputError\(.0: 40 tokens"):
+        torch.compile(m, fullgraph=True)(torch.randn(40, 64))
+    torch._dynamo.reset()

@@ -258,8 +258,8 @@ def test_shapes_that_do_not_fit_the_blocks_are_clear_errors():
     layer = QuantLinear(64, 48, recipe="ufp4")
     with pytest.raises(fp4lab.InputError, match=r"input of shape \(3, 40\); expected \[..., 64\]"):
         layer(torch.randn(3, 40))
-    with pytest.raises(fp4lab.InputError, match="5 tokens"):
-        layer(torch.randn(5, 64))  # WGRAD blocks run along the tokens
+    with pytest.raises(fp4lab.InputError, match=r"5 tokens.*without a weight gradient \(torch.no_grad\(\)"):
+        layer.eval()(torch.randn(5, 64))  # WGRAD blocks run along the tokens; eval() alone keeps the gradient
     with torch.no_grad():
         assert layer(torch.randn(5, 64)).shape == (5, 48)  # inference needs no WGRAD operand
 
@@ -268,6 +268,8 @@ def test_fake_quantize_function_matches_reference():
     from fp4lab.recipes import fake_quantize
 
     x = torch.randn(32, 64)
+    assert not fake_quantize(x.requires_grad_(), "e2m1-ref", "x", "fprop", -1).requires_grad  # detached
+    x = x.detach()
     got = fake_quantize(x, "e2m1-ref", "dy", "wgrad", axis=0, seed=9)
     want, _ = fake_quantize_reference(x.numpy(), fp4lab.get_format("e2m1-b16-fp32"), "sr", 9, 0, 16, 0, 16, "bf16")
     assert np.array_equal(got.float().numpy().view(np.uint32), want.view(np.uint32))
@@ -289,3 +291,209 @@ def test_device_keys_equal_the_host_formula(monkeypatch):
         state[1] = step
         assert runtime.sr_keys(state, advance=False)[:, 0].tolist() == want
         monkeypatch.setattr(backend, "TRITON_ON_CPU", True)
+
+
+def test_quantize_model_again_leaves_the_new_recipes_high_precision_layers_in_high_precision():
+    """Converting an already converted model: layers that the new recipe's high_precision names, or whose widths
+    its blocks do not fit, become plain nn.Linear layers sharing their parameters (not QuantLinear layers of the
+    old recipe, which the unfit warning would call high precision); skip leaves a layer as it is, and a string is
+    one skip pattern."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 48),
+                                torch.nn.Linear(48, 64))
+    quantize_model(model, "ufp4")
+    assert all(isinstance(m, QuantLinear) for m in model)
+    weights = [m.weight for m in model]
+    r = Recipe(name="mx-hp", format="mxfp4", high_precision=["1"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, r, skip="3")
+    assert isinstance(model[0], QuantLinear) and model[0].recipe == r
+    assert type(model[1]) is torch.nn.Linear and type(model[2]) is torch.nn.Linear  # high_precision; unfit (48)
+    assert isinstance(model[3], QuantLinear) and model[3].recipe.name == "ufp4"  # skipped: as it was
+    assert [m.weight for m in model] == weights and model[2].bias is not None
+    assert len(caught) == 1 and "2 (64 -> 48)" in str(caught[0].message)
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        assert torch.equal(model[1](x), torch.nn.functional.linear(x, model[1].weight, model[1].bias))
+    with pytest.raises(fp4lab.InputError, match="model must be a torch.nn.Module, got str"):
+        quantize_model("model", "ufp4")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: QuantLinear(64, 64, name=5), "QuantLinear: name must be a string"),
+    (lambda: QuantLinear(64, 64, seed="a"), "QuantLinear: seed must be an int, got 'a'"),
+    (lambda: QuantLinear(64, 64, seed=1.5), "QuantLinear: seed must be an int, got 1.5"),
+    (lambda: quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4", skip=None), "skip must be a"),
+    (lambda: quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4", skip=[0]), r"got \[0\]"),
+    (lambda: quantize_model(torch.nn.Sequential(torch.nn.Linear(64, 64)), "ufp4", seed="x"), "seed must be an int"),
+])
+def test_layer_and_conversion_arguments_are_checked(call, match):
+    """A name or seed of the wrong type is a one-line InputError (not an AttributeError deep in the stream hash, nor
+    a float seed truncated in silence); so is a skip that is not patterns."""
+    with pytest.raises(fp4lab.InputError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("args, match", [
+    ((torch.randn(32, 64).numpy(), "ufp4", "x", "fprop", -1), "expected a torch.Tensor, got ndarray"),
+    ((torch.randn(2, 32, 64), "ufp4", "x", "fprop", -1), r"2-D floating-point tensor, got shape \(2, 32, 64\)"),
+    ((torch.randn(64), "ufp4", "x", "fprop", -1), r"2-D floating-point tensor, got shape \(64,\)"),
+    ((torch.ones(32, 64, dtype=torch.int32), "ufp4", "x", "fprop", -1), "of torch.int32"),
+    ((torch.randn(32, 64), "ufp4", "q", "fprop", -1), "operand must be 'x', 'w' or 'dy', got 'q'"),
+    ((torch.randn(32, 64), "ufp4", "x", "dgrad", -1), "x is an operand of fprop and wgrad, not of 'dgrad'"),
+    ((torch.randn(32, 64), "bf16", "dy", "fprop", -1), "dy is an operand of dgrad and wgrad, not of 'fprop'"),
+    ((torch.randn(32, 64), "ufp4", "w", "wgard", 0), "not of 'wgard'"),
+    ((torch.randn(32, 64), "ufp4", "x", "fprop", 2), "axis must be -1 .K. or 0 .M. of the 2-D tensor, got 2"),
+])
+def test_fake_quantize_refuses_what_it_would_otherwise_quantize_silently(args, match):
+    """Arguments that fake_quantize used to take silently (an axis past the 2-D tensor's, an operand or GEMM that
+    is none of the recipe's, a 3-D or integer tensor) are one-line InputErrors naming the argument."""
+    from fp4lab.recipes import fake_quantize
+
+    with pytest.raises(fp4lab.InputError, match=match):
+        fake_quantize(*args)
+
+
+def test_quant_linear_operands_refuses_bad_arguments():
+    """QuantLinear.operands: unknown operand, a GEMM that does not take the operand, a tensor that is not 2-D and
+    a negative step are one-line InputErrors naming the layer."""
+    layer = QuantLinear(64, 32, recipe="ufp4", name="blocks.0.up")
+    x = torch.randn(32, 64)
+    for kwargs, match in (({"operand": "q"}, "blocks.0.up.operands: operand must be"),
+                          ({"operand": "x", "k_gemm": "dgrad"}, "x is an operand of fprop and wgrad"),
+                          ({"operand": "w", "m_gemm": "wgrad"}, "w is an operand of fprop and dgrad"),
+                          ({"operand": "dy", "k_gemm": "dgrad", "step": -1}, r"step: expected an int in \[0")):
+        with pytest.raises(fp4lab.InputError, match=match):
+            layer.operands(x, **kwargs)
+    with pytest.raises(fp4lab.InputError, match=r"got shape \(64,\)"):
+        layer.operands(x[0], "x", "fprop")
+    assert layer.operands(x, "x", "fprop", "wgrad", step=3)[0].shape == (32, 64)
+
+
+def test_double_backward_through_a_layer_is_refused_not_silently_dropped():
+    """A gradient penalty (create_graph=True, then backward through the gradient) cannot differentiate the
+    layer's quantized GEMMs: backward through dX raises, instead of dX silently carrying no graph (a loss with a
+    penalty term added would train without it)."""
+    layer = QuantLinear(64, 32, recipe="ufp4")
+    x = torch.randn(32, 64, requires_grad=True)
+    (dx,) = torch.autograd.grad(layer(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        (x.sum() + dx.square().sum()).backward()
+    (dx,) = torch.autograd.grad(layer(x).square().sum(), x)  # first-order gradients as before
+    assert dx.shape == x.shape and not dx.requires_grad
+    with pytest.raises(RuntimeError):  # torch.func transforms: refused by torch, as docs/recipes.md says
+        torch.func.grad(lambda t: layer(t).sum())(x.detach())
+    with pytest.raises(RuntimeError):
+        torch.func.vmap(layer)(torch.randn(2, 32, 64))
+
+
+def test_quantize_model_keeps_mode_and_hooks_and_refuses_layers_it_cannot_take_over():
+    """A converted layer keeps the replaced layer's eval mode and hooks (whose handles still remove them); a lazy
+    layer before its first run and a parametrized weight are one-line errors (not a 0-wide layer or a traceback);
+    nn.MultiheadAttention's out_proj, whose forward attention never calls, stays nn.Linear with a warning instead
+    of being reported converted while it runs in high precision."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    seen = []
+    handle = model[0].register_forward_hook(lambda mod, args, out: seen.append(type(mod).__name__))
+    model.eval()
+    quantize_model(model, "ufp4")
+    assert isinstance(model[0], QuantLinear) and not model[0].training and not model[1].training
+    model(torch.randn(32, 64))
+    assert seen == ["QuantLinear"]
+    handle.remove()
+    model(torch.randn(32, 64))
+    assert seen == ["QuantLinear"]
+    lazy = torch.nn.Sequential(torch.nn.LazyLinear(64))
+    with pytest.raises(fp4lab.InputError, match="layer '0': a lazy linear layer .* run the model once"):
+        quantize_model(lazy, "ufp4")
+    normed = torch.nn.Sequential(torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(64, 64)))
+    with pytest.raises(fp4lab.InputError, match="layer '0': the layer's weight is parametrized"):
+        quantize_model(normed, "ufp4")
+    attn = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(attn, "ufp4")
+    assert type(attn.self_attn.out_proj) is torch.nn.modules.linear.NonDynamicallyQuantizableLinear
+    assert isinstance(attn.linear1, QuantLinear) and isinstance(attn.linear2, QuantLinear)
+    assert [str(w.message) for w in caught if "MultiheadAttention" in str(w.message)] == [
+        "quantize_model: kept 1 linear layer(s) in high precision that nn.MultiheadAttention runs from their weights "
+        "without calling them: self_attn.out_proj"]
+
+
+def test_layers_built_without_name_or_seed_share_the_stream_of_seed_0():
+    """docs/recipes.md, "Random streams and steps": layers built directly without name or seed draw the same bits;
+    a name or seed each gives them their own."""
+    a, b = QuantLinear(64, 64, recipe="ufp4"), QuantLinear(64, 64, recipe="ufp4")
+    assert a.stream == b.stream == streams.stream_of_seed(0)
+    x = torch.randn(32, 64)
+    assert torch.equal(a.operands(x, "dy", "dgrad")[0], b.operands(x, "dy", "dgrad")[0])
+    c, d = QuantLinear(64, 64, recipe="ufp4", name="c"), QuantLinear(64, 64, recipe="ufp4", seed=1)
+    assert len({a.stream, c.stream, d.stream}) == 3
+    assert not torch.equal(a.operands(x, "dy", "dgrad")[0], c.operands(x, "dy", "dgrad")[0])
+
+
+def test_forward_sr_operands_draw_the_same_bits_until_backward_advances_the_step():
+    """docs/recipes.md: an SR forward operand (here x) reads the step, which only backward advances, so two uses of
+    a layer in one step (before its backward) draw the same bits; the next step draws fresh ones."""
+    layer = QuantLinear(64, 64, recipe=Recipe(name="sr-x", format="mxfp4", sr=["x"]), name="shared")
+    x = torch.randn(32, 64)
+    first, second = layer(x), layer(x)
+    assert torch.equal(first, second) and layer.step == 0
+    (first + second).sum().backward()
+    assert layer.step == 2 and not torch.equal(layer(x), first)
+
+
+class _Scaled(torch.nn.Linear):
+    """A linear layer whose forward is not nn.Linear's."""
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class _WithAdapter(torch.nn.Linear):
+    """A linear layer with parameters of its own (a LoRA-like adapter that nn.Linear's forward ignores)."""
+
+    def __init__(self, d):
+        super().__init__(d, d)
+        self.lora = torch.nn.Parameter(torch.zeros(d, 8))
+
+
+class _Renamed(torch.nn.Linear):
+    """nn.Linear under another name: nothing of its own."""
+
+
+def test_quantize_model_keeps_linear_subclasses_that_compute_something_else():
+    """A subclass of nn.Linear with its own forward or parameters stays as it is, with a warning naming it,
+    instead of silently losing them to a QuantLinear; one that adds nothing is converted."""
+    model = torch.nn.Sequential(_Scaled(64, 64), _WithAdapter(64), _Renamed(64, 64))
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        want = model[0](x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, "ufp4")
+    assert type(model[0]) is _Scaled and type(model[1]) is _WithAdapter and isinstance(model[2], QuantLinear)
+    with torch.no_grad():
+        assert torch.equal(model[0](x), want)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "kept 2 linear layer(s) as they are" in messages[0]
+    assert "0 (_Scaled), 1 (_WithAdapter)" in messages[0]
+
+
+def test_quantize_model_warns_about_patterns_that_match_no_layer():
+    """A skip or high_precision pattern that matches no linear layer (a typo such as "lm-head", or "blocks.0" for
+    the layers "blocks.0.*") is named in a warning, instead of leaving the layer it meant quantized in silence."""
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64))])
+    model.lm_head = torch.nn.Linear(64, 64)
+    r = Recipe(name="hp-typo", format="mxfp4", high_precision=["lm-head", "lm_*"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_model(model, r, skip=("blocks.0",))
+    assert [str(w.message) for w in caught] == [
+        "quantize_model: pattern(s) matching no linear layer of the model: 'blocks.0' (skip), 'lm-head' "
+        "(high_precision)"]
+    assert isinstance(model.blocks[0][0], QuantLinear) and type(model.lm_head) is torch.nn.Linear
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantize_model(model, r.model_copy(update={"high_precision": ["lm_head"]}), skip=("blocks.0.*",))

@@ -1,5 +1,6 @@
-"""4-bit training recipes (bf16, the paper's E2M1 reference, UFP4, NVFP4, MXFP4): recipe data (no torch needed)
-and drop-in PyTorch modules (``QuantLinear``, ``quantize_model``; importing them imports torch)."""
+"""4-bit training recipes (bf16, the paper's E2M1 reference, UFP4, NVFP4, MXFP4, MXFP4 on FP8 GEMMs): recipe data
+(no torch needed) and drop-in PyTorch modules (``QuantLinear``, ``quantize_model``; importing them imports
+torch)."""
 
 from typing import Any
 

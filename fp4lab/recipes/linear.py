@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import operator
+import sys
 import warnings
 from typing import Any
 
@@ -55,6 +57,10 @@ class QuantLinear(torch.nn.Linear):
                  seed: int = 0, name: str | None = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
+        if name is not None and not isinstance(name, str):
+            raise InputError(f"QuantLinear: name must be a string (the qualified module name), got {name!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InputError(f"QuantLinear: seed must be an int, got {seed!r}")
         self.layer_name = name
         _check_features(self.recipe, in_features, out_features, name or type(self).__name__)
         self._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
@@ -82,12 +88,26 @@ class QuantLinear(torch.nn.Linear):
         return self._stream
 
     def reset_parameters(self) -> None:
-        """``nn.Linear``'s initialization, and the random stream back to step 0 (after ``to_empty`` of a model built
-        on the meta device, this also writes the stream into the fresh ``sr_state``)."""
+        """``nn.Linear``'s initialization, the random stream back to step 0 and the FP8 counts to 0."""
         super().reset_parameters()
         if "sr_state" in self._buffers and not self.sr_state.is_meta:
-            with torch.no_grad():
-                self.sr_state.copy_(torch.tensor([streams.signed64(self._stream), 0], dtype=torch.int64))
+            self._restart()
+
+    def _restart(self) -> None:
+        """Write the layer's stream at step 0 into ``sr_state`` and zero ``fp8_counts``."""
+        with torch.no_grad():
+            self.sr_state.copy_(torch.tensor([streams.signed64(self._stream), 0], dtype=torch.int64))
+            self.fp8_counts.zero_()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "QuantLinear":
+        """``nn.Module._apply`` (``to``, ``to_empty``, ...); buffers materialized from the meta device (``to_empty``
+        leaves them unwritten) get the layer's stream at step 0 and zero FP8 counts, whatever initializes the
+        weights afterwards."""
+        was_meta = "sr_state" in self._buffers and self.sr_state.is_meta
+        super()._apply(fn, recurse)
+        if was_meta and not self.sr_state.is_meta:
+            self._restart()
+        return self
 
     @property
     def rht_seed(self) -> int:
@@ -101,10 +121,9 @@ class QuantLinear(torch.nn.Linear):
 
     @step.setter
     def step(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-            raise InputError(f"QuantLinear.step: expected an int in [0, 2**63), got {value!r}")
+        step = _check_step("QuantLinear.step", value)
         with torch.no_grad():
-            self.sr_state[1] = value
+            self.sr_state[1] = step
 
     @property
     def fp8_stats(self) -> dict[str, dict[str, int]]:
@@ -120,6 +139,9 @@ class QuantLinear(torch.nn.Linear):
         as this layer's GEMMs ``k_gemm`` (blocked along K, the last axis) and ``m_gemm`` (along axis 0) see it at
         ``step`` (default: the current one); None where not asked for; ts: folded tensor scales of two-level
         formats (else None)."""
+        _check_operand(f"{self._where()}.operands", t, operand, (k_gemm, m_gemm))
+        if step is not None:
+            step = _check_step(f"{self._where()}.operands: step", step)
         state = self.sr_state if step is None else torch.tensor([streams.signed64(self._stream), step],
                                                                 dtype=torch.int64, device=self.sr_state.device)
         r = runtime(self.layer_spec)
@@ -130,7 +152,10 @@ class QuantLinear(torch.nn.Linear):
     def from_linear(cls, linear: torch.nn.Linear, recipe: Any, seed: int = 0,
                     name: str | None = None) -> "QuantLinear":
         """A QuantLinear sharing ``linear``'s parameters; from a QuantLinear it also keeps the random stream and
-        its step (``name`` and ``seed`` then unused)."""
+        its step (``name`` and ``seed`` then unused). The QuantLinear takes ``linear``'s train/eval mode and its
+        hooks (the handles that registered them still remove them). A lazy layer not yet run and a parametrized
+        weight (``torch.nn.utils.parametrize``) are refused."""
+        _check_convertible(linear, name or "QuantLinear.from_linear")
         q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, recipe=recipe, seed=seed,
                 name=name, device="meta")
         q.weight = linear.weight
@@ -141,20 +166,23 @@ class QuantLinear(torch.nn.Linear):
         else:
             q._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
                           linear.weight.device)
+        _take_over(q, linear)
         return q
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise InputError(f"{self._where()}: input of shape {tuple(x.shape)}; expected [..., {self.in_features}]")
-        if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise InputError(f"{self._where()}: input has dtype {x.dtype}; expected bfloat16, float16 or float32")
+        for what, t in (("input", x), ("weight", self.weight), ("bias", self.bias)):
+            if t is not None and t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+                raise InputError(f"{self._where()}: {what} has dtype {t.dtype}; expected bfloat16, float16 or float32")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         needs_w = torch.is_grad_enabled() and self.weight.requires_grad
         if needs_w and x2.shape[0] % self._tokens_multiple[0]:
             need, why = self._tokens_multiple
             raise InputError(f"{self._where()}: {x2.shape[0]} tokens (rows of the flattened input) is not a multiple "
-                             f"of {need}, {why}")
+                             f"of {need}, {why}; a step without a weight gradient (torch.no_grad(), frozen weight) "
+                             "takes any number")
         dev = x2.device.type
         autocast = dev != "meta" and torch.is_autocast_enabled(dev)  # (no autocast state for meta tensors)
         out_dtype = torch.get_autocast_dtype(dev) if autocast else x2.dtype
@@ -189,6 +217,33 @@ class QuantLinear(torch.nn.Linear):
         super().__setstate__(state)
         self.recipe = recipe
         self._set_spec(LayerSpec(register_recipe(recipe), rht_seed))
+
+
+_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+          "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook",
+          "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def _take_over(new: torch.nn.Module, old: torch.nn.Module) -> None:
+    """``new`` takes ``old``'s place: its train/eval mode and its hooks (the very dicts, which the handles of
+    ``register_*_hook`` remove from)."""
+    new.train(old.training)
+    for attr in _HOOKS:
+        if attr in old.__dict__:
+            setattr(new, attr, old.__dict__[attr])
+
+
+def _check_convertible(linear: torch.nn.Linear, where: str) -> None:
+    """Refuse layers whose weight a QuantLinear cannot share: lazy ones before their first run, parametrized ones."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+    from torch.nn.utils import parametrize
+
+    if isinstance(linear, LazyModuleMixin) and linear.has_uninitialized_params():
+        raise InputError(f"{where}: a lazy linear layer whose in_features are not known yet; run the model once "
+                         "before converting it")
+    if parametrize.is_parametrized(linear):
+        raise InputError(f"{where}: the layer's weight is parametrized (torch.nn.utils.parametrize, e.g. weight_norm), "
+                         "which a QuantLinear does not keep; convert the layer before parametrizing it")
 
 
 class TokenShard:
@@ -235,6 +290,37 @@ def set_token_shard(model: torch.nn.Module, shard: TokenShard | None) -> None:
         if isinstance(m, QuantLinear):
             spec = LayerSpec.decode(m.layer_spec)
             m._set_spec(LayerSpec(spec.recipe, spec.rht_seed, key))
+
+
+_GEMMS_OF = {"x": ("fprop", "wgrad"), "w": ("fprop", "dgrad"), "dy": ("dgrad", "wgrad")}
+
+
+def _check_step(where: str, value: Any) -> int:
+    """``value`` as a step: an integer (a Python, numpy or one-element integer torch value, such as an optimizer's
+    step tensor; not a bool) in [0, 2**63)."""
+    item = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+    try:
+        step = None if isinstance(item, bool) else operator.index(item)
+    except TypeError:
+        step = None
+    if step is None or not 0 <= step < 2**63:
+        raise InputError(f"{where}: expected an int in [0, 2**63), got {value!r}")
+    return step
+
+
+def _check_operand(where: str, t: Any, operand: Any, gemms: tuple[Any, ...]) -> None:
+    """``t`` a 2-D floating-point tensor, ``operand`` one of x, w, dy and each GEMM of ``gemms`` (None: not
+    asked for) one that takes it."""
+    if not isinstance(t, torch.Tensor):
+        raise InputError(f"{where}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.ndim != 2 or not t.dtype.is_floating_point:
+        raise InputError(f"{where}: expected a 2-D floating-point tensor, got shape {tuple(t.shape)} of {t.dtype}")
+    if operand not in _GEMMS_OF:
+        raise InputError(f"{where}: operand must be 'x', 'w' or 'dy', got {operand!r}")
+    for gemm in gemms:
+        if gemm is not None and gemm not in _GEMMS_OF[operand]:
+            raise InputError(f"{where}: {operand} is an operand of {' and '.join(_GEMMS_OF[operand])}, not of "
+                             f"{gemm!r}")
 
 
 def _block_along(fmt: Any, axis: str) -> int:
@@ -300,54 +386,132 @@ def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
 
 
 def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
-                   skip: tuple[str, ...] = ()) -> torch.nn.Module:
+                   skip: str | tuple[str, ...] = ()) -> torch.nn.Module:
     """Replace every ``nn.Linear`` of ``model`` by a ``QuantLinear`` sharing its parameters, in place; returns the
-    model. Layers whose qualified name matches a pattern of ``skip`` or of the recipe's ``high_precision``
-    (fnmatch patterns, e.g. ``"lm_head"``, ``"blocks.0.*"``) stay as they are, as do layers whose widths are not
-    multiples of the recipe's block sizes (one warning names them). Each layer's random streams derive from its
-    qualified name (and ``seed``, which shifts every stream of the model). A layer reached under several names
-    (one module used twice) becomes one QuantLinear, named by its first name, at every place. A ``QuantLinear``
-    of another recipe takes this recipe, keeping its parameters, stream and step."""
+    model. Layers whose qualified name matches a pattern of ``skip`` (fnmatch patterns, e.g. ``"lm_head"``,
+    ``"blocks.0.*"``; a string is one pattern) stay as they are. Layers matching the recipe's ``high_precision``,
+    layers whose widths are not multiples of the recipe's block sizes and the ``out_proj`` of
+    ``nn.MultiheadAttention`` (which reads its weight and never calls it) are left in high precision (a warning
+    names the last two kinds): a plain ``nn.Linear`` (a ``QuantLinear`` of an earlier conversion becomes one
+    again, sharing its parameters). Each layer's random streams derive from its qualified name (and ``seed``,
+    which shifts every stream of the model). Names are those of the model as written: ``torch.compile`` wrappers
+    add nothing to them. A layer reached under several names (one module used twice) becomes one QuantLinear,
+    named by its first name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its
+    parameters, stream and step. Each QuantLinear takes the train/eval mode and the hooks of the layer it
+    replaces (``QuantLinear.from_linear``). Subclasses of ``nn.Linear`` with a forward of their own or further
+    parameters, buffers or modules stay as they are (a warning names them): a QuantLinear would drop those."""
     r = get_recipe(recipe)
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"quantize_model: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(model, torch.nn.Linear):
         raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
                          "QuantLinear.from_linear")
-    patterns = tuple(skip) + tuple(r.high_precision)
+    if isinstance(skip, str):
+        skip = (skip,)  # one pattern, not its characters
+    if not isinstance(skip, (tuple, list, set)) or not all(isinstance(p, str) for p in skip):
+        raise InputError(f"quantize_model: skip must be a pattern or a tuple of patterns (strings), got {skip!r}")
+    skip = tuple(skip)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError(f"quantize_model: seed must be an int, got {seed!r}")
     unfit: list[str] = []
+    bypassed: list[str] = []  # out_proj of nn.MultiheadAttention: its weight is used, its forward never runs
+    custom: list[str] = []  # nn.Linear subclasses with a forward or state of their own
     done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
-    for name, child in list(model.named_modules(remove_duplicate=False)):
-        if not isinstance(child, torch.nn.Linear) or not name:
+    for path, child in list(model.named_modules(remove_duplicate=False)):
+        if isinstance(child, torch.nn.MultiheadAttention) and id(child.out_proj) not in done:
+            done[id(child.out_proj)] = _plain(child.out_proj)
+            bypassed.append(_model_name(model, f"{path}.out_proj" if path else "out_proj"))
+        if not isinstance(child, torch.nn.Linear) or not path:
             continue
         if id(child) not in done:
-            done[id(child)] = _converted(child, name, r, seed, patterns, unfit)
+            done[id(child)] = _converted(child, _model_name(model, path), r, seed, skip, unfit, custom)
         if done[id(child)] is not child:
-            parent, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, attr, done[id(child)])
-    if unfit:
-        warnings.warn(f"quantize_model: kept {len(unfit)} linear layer(s) in high precision whose widths are not "
-                      f"multiples of recipe '{r.name}''s block sizes: {', '.join(unfit)}", stacklevel=2)
+            parent, _, attr = path.rpartition(".")
+            owner = model.get_submodule(parent) if parent else model
+            if _compiled_wrapper(owner):  # its compiled forward is bound to child
+                raise InputError(f"quantize_model: layer '{_model_name(model, path)}' is an nn.Linear compiled on "
+                                 "its own (torch.compile(linear)); convert it before compiling it")
+            setattr(owner, attr, done[id(child)])
+    names = {_model_name(model, path) for path, m in model.named_modules(remove_duplicate=False)
+             if isinstance(m, torch.nn.Linear) and path}
+    unmatched = [f"{p!r} ({where})" for where, patterns in (("skip", skip), ("high_precision", r.high_precision))
+                 for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    for kept, why in ((bypassed, "in high precision that nn.MultiheadAttention runs from their weights without "
+                       "calling them"),
+                      (custom, "as they are whose class changes nn.Linear's forward or adds parameters, buffers or "
+                       "modules, which a QuantLinear would drop"),
+                      (unfit, f"in high precision whose widths are not multiples of recipe '{r.name}''s block sizes")):
+        if kept:
+            warnings.warn(f"quantize_model: kept {len(kept)} linear layer(s) {why}: {', '.join(kept)}", stacklevel=2)
+    if unmatched:
+        warnings.warn(f"quantize_model: pattern(s) matching no linear layer of the model: {', '.join(unmatched)}",
+                      stacklevel=2)
     return model
 
 
-def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, patterns: tuple[str, ...],
-               unfit: list[str]) -> torch.nn.Module:
-    """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``)."""
-    if isinstance(child, QuantLinear) and child.recipe == r:
+def _compiled_wrapper(m: torch.nn.Module) -> bool:
+    """Whether ``m`` is the wrapper ``torch.compile`` returns for a module (which exists only once torch._dynamo is
+    imported: not importing it here spares a process that never compiles its import time)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and isinstance(m, eval_frame.OptimizedModule)
+
+
+def _model_name(model: torch.nn.Module, path: str) -> str:
+    """The qualified name of the module at ``path`` in the user's model: without the ``_orig_mod`` steps of
+    ``torch.compile`` wrappers (so patterns and random streams do not depend on whether the model, or a block of
+    it, was compiled first)."""
+    return ".".join(p for p in path.split(".") if p != "_orig_mod")
+
+
+def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tuple[str, ...],
+               unfit: list[str], custom: list[str]) -> torch.nn.Module:
+    """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``); layers kept for their
+    widths are added to ``unfit``, subclasses of ``nn.Linear`` that compute something else to ``custom``."""
+    if any(fnmatch.fnmatchcase(name, p) for p in skip):
         return child
-    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
-        return child
+    if any(fnmatch.fnmatchcase(name, p) for p in r.high_precision):
+        return _plain(child)
     if not _blocks_fit(r, child):
         unfit.append(f"{name} ({child.in_features} -> {child.out_features})")
+        return _plain(child)
+    if isinstance(child, QuantLinear) and child.recipe == r:
+        return child
+    _check_convertible(child, f"quantize_model: layer '{name}'")
+    if not isinstance(child, QuantLinear) and not _plain_linear(child):
+        custom.append(f"{name} ({type(child).__name__})")
         return child
     return QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name)
+
+
+def _plain_linear(linear: torch.nn.Linear) -> bool:
+    """Whether ``linear`` computes what ``nn.Linear`` does from its weight and bias alone (its class keeps
+    ``nn.Linear.forward`` and it holds no other parameters, buffers or modules), so a QuantLinear can replace it."""
+    return (type(linear).forward is torch.nn.Linear.forward and set(linear._parameters) <= {"weight", "bias"}
+            and not linear._buffers and not linear._modules)
+
+
+def _plain(child: torch.nn.Linear) -> torch.nn.Linear:
+    """``child`` in high precision: itself, or for a ``QuantLinear`` an ``nn.Linear`` sharing its parameters."""
+    if not isinstance(child, QuantLinear):
+        return child
+    plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
+    plain.weight = child.weight
+    plain.bias = child.bias
+    _take_over(plain, child)
+    return plain
 
 
 def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, axis: int, seed: int = 0) -> Any:
     """The GEMM operand ``operand`` of ``gemm`` under ``recipe``, blocked along ``axis`` (-1: K, 0: M) of 2-D ``t``,
     as the recipe's GEMMs see it (``gemm_dtype``; two-level formats with their tensor scale applied); SR from
-    ``seed`` (an int in [0, 2**63)). Runs as the custom op ``fp4lab::fake_quant`` (``torch.compile`` traces it)."""
+    ``seed`` (an int in [0, 2**63)); RHT signs from the recipe's ``rht_seed`` (a layer's own signs under
+    ``rht_signs = "per_layer"`` and its SR keys: ``QuantLinear.operands``). The result is detached (no gradient
+    flows through it). Runs as the custom op ``fp4lab::fake_quant`` (``torch.compile`` traces it)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InputError(f"fake_quantize: seed must be an int in [0, 2**63), got {seed!r}")
+    _check_operand("fake_quantize", t, operand, (gemm,))
+    if isinstance(axis, bool) or axis not in (-2, -1, 0, 1):
+        raise InputError(f"fake_quantize: axis must be -1 (K) or 0 (M) of the 2-D tensor, got {axis!r}")
     spec = _operand_spec(recipe, operand, gemm, axis)
     if spec is None:
         return t.detach().to(gemm_torch_dtype(get_recipe(recipe).gemm_dtype))

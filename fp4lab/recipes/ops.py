@@ -148,6 +148,7 @@ class QuantLinearFunction(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the gradients of 4-bit GEMMs have no gradient: refuse, loudly
     def backward(ctx: Any, dy: Tensor, *unused: Any) -> tuple:
         return _quant_linear_grad(ctx, dy, quant_linear_backward)
 
