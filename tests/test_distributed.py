@@ -1,4 +1,4 @@
-"""Data-parallel training (fp4lab.study.distributed, fp4lab.recipes.linear.TokenShard) on the CPU: 2 processes
+"""Data-parallel training (fp4lab.study.distributed, fp4lab.recipes.shard.TokenShard) on the CPU: 2 processes
 over gloo, started with torchrun's environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); this file
 is also the worker (``python tests/test_distributed.py OUT`` under those variables).
 
@@ -182,7 +182,7 @@ def test_train_under_ddp_and_fsdp(launched):
 
 
 def _gpt(recipe: str = "ufp4") -> torch.nn.Module:
-    from fp4lab.recipes.linear import quantize_model
+    from fp4lab.recipes import quantize_model
     from fp4lab.study.model import GPT, GPTConfig
 
     torch.manual_seed(0)
@@ -252,7 +252,7 @@ def _compare(dp: dict, ref: dict, rank: int, world: int) -> dict:
 def _streams(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
-    from fp4lab.recipes.linear import QuantLinear, TokenShard, set_token_shard
+    from fp4lab.recipes import QuantLinear, TokenShard, set_token_shard
 
     shard = TokenShard()
     layer = QuantLinear(64, 64, recipe="ufp4", name="probe")

@@ -16,7 +16,9 @@ from fp4lab.recipes import (  # noqa: E402
     Recipe,
     backend,  # noqa: E402
     get_recipe,
+    layer_steps,
     quantize_model,
+    set_layer_steps,
     streams,  # noqa: E402
 )
 
@@ -497,3 +499,58 @@ def test_quantize_model_warns_about_patterns_that_match_no_layer():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         quantize_model(model, r.model_copy(update={"high_precision": ["lm_head"]}), skip=("blocks.0.*",))
+
+
+def _gpt_like(seed=0):
+    torch.manual_seed(seed)
+    blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                                     torch.nn.Linear(128, 64)) for _ in range(2))
+    return torch.nn.Sequential(torch.nn.ModuleDict({"blocks": blocks}), torch.nn.Linear(64, 32))
+
+
+def _train(model, steps, x):
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        h = x
+        for b in model[0]["blocks"]:
+            h = b(h)
+        model[1](h).square().sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_layer_steps_resume_the_random_streams_where_a_checkpoint_left_them():
+    """state_dict + layer_steps restore a run bit for bit: the resumed model's next step draws the bits the
+    uninterrupted one draws; without set_layer_steps it would replay step 0's."""
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
+    run = quantize_model(_gpt_like(), "ufp4")
+    _train(run, 2, x)
+    steps, sd = layer_steps(run), {k: v.clone() for k, v in run.state_dict().items()}
+    assert steps == {"0.blocks.0.0": 2, "0.blocks.0.2": 2, "0.blocks.1.0": 2, "0.blocks.1.2": 2, "1": 2}
+    want = _train(run, 1, x)
+
+    fresh = quantize_model(_gpt_like(seed=5), "ufp4")
+    fresh.load_state_dict(sd)
+    replayed = _train(fresh, 1, x)  # step 0's bits again
+    assert not torch.equal(replayed["0.blocks.0.0.weight"], want["0.blocks.0.0.weight"])
+    fresh.load_state_dict(sd)
+    set_layer_steps(fresh, steps)
+    got = _train(fresh, 1, x)
+    assert all(torch.equal(got[n], want[n]) for n in want)
+    assert layer_steps(fresh) == {n: 3 for n in steps}
+
+
+def test_set_layer_steps_refuses_missing_unknown_and_bad_steps_and_sets_nothing():
+    model = quantize_model(_gpt_like(), "ufp4")
+    steps = layer_steps(model)
+    for bad, match in (({k: v for k, v in steps.items() if k != "1"}, "no step for 1"),
+                       ({**steps, "head": 3}, "no QuantLinear named head"),
+                       ({**steps, "1": -1}, r"layer '1'.*\[0, 2\*\*63\)"),
+                       ({**steps, "1": 2.5}, "layer '1'"),
+                       ([1, 2], "must be a dict")):
+        with pytest.raises(fp4lab.errors.InputError, match=match):
+            set_layer_steps(model, {**bad, "0.blocks.0.0": 7} if isinstance(bad, dict) else bad)
+        assert layer_steps(model) == steps
+    with pytest.raises(fp4lab.errors.InputError, match="torch.nn.Module"):
+        layer_steps("model")
+    set_layer_steps(model, {**steps, "1": np.int64(4)})
+    assert layer_steps(model)["1"] == 4

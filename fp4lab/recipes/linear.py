@@ -1,5 +1,6 @@
 """``QuantLinear``: a drop-in ``torch.nn.Linear`` whose three GEMMs run on fake-quantized 4-bit operands, and
-``quantize_model``, which swaps a model's ``nn.Linear`` layers for it.
+``fake_quantize``, one operand as a recipe's GEMM sees it. Whole models: ``fp4lab.recipes.convert``
+(``quantize_model``, the layers' steps); data parallelism: ``fp4lab.recipes.shard``.
 
 The arithmetic (``fp4lab.recipes.runtime``) runs inside two custom ops (``fp4lab.recipes.ops``): the layer's
 forward ``fp4lab::quant_linear``, differentiable, and its backward ``fp4lab::quant_linear_backward``. A layer
@@ -13,18 +14,12 @@ operands of the first forward (forward reads the step, only backward advances it
 Two-level formats (NVFP4) leave their tensor scales out of the operands, whose element x block-scale products are
 then exact in bf16, and multiply the GEMM's fp32-accumulated output by ``ts_a * ts_b`` instead, in cuBLAS's
 epilogue (``scaled_mm``). Stochastic rounding draws from a Philox key per (layer, step, operand use)
-(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits. Under data parallelism a
-``TokenShard`` (``set_token_shard``) makes every rank's layer quantize X and dY as the rows of the global batch
-they are, so the bits equal those of one process over the global batch.
+(``fp4lab.recipes.streams``), so no two layers, steps or GEMMs share random bits.
 """
-
 from __future__ import annotations
 
-import fnmatch
 import math
 import operator
-import sys
-import warnings
 from typing import Any
 
 import torch
@@ -35,7 +30,7 @@ from fp4lab.recipes import streams
 from fp4lab.recipes.config import Gemm, Operand, Recipe, get_recipe, load_recipe_text, recipe_to_toml
 from fp4lab.recipes.operands import gemm_torch_dtype
 from fp4lab.recipes.ops import OperandSpec, QuantLinearFunction
-from fp4lab.recipes.runtime import GEMMS, LayerSpec, register_format, register_recipe, register_shard, runtime, sr_keys
+from fp4lab.recipes.runtime import GEMMS, LayerSpec, register_format, register_recipe, runtime, sr_keys
 
 
 class QuantLinear(torch.nn.Linear):
@@ -121,7 +116,7 @@ class QuantLinear(torch.nn.Linear):
 
     @step.setter
     def step(self, value: int) -> None:
-        step = _check_step("QuantLinear.step", value)
+        step = check_step("QuantLinear.step", value)
         with torch.no_grad():
             self.sr_state[1] = step
 
@@ -141,7 +136,7 @@ class QuantLinear(torch.nn.Linear):
         formats (else None)."""
         _check_operand(f"{self._where()}.operands", t, operand, (k_gemm, m_gemm))
         if step is not None:
-            step = _check_step(f"{self._where()}.operands: step", step)
+            step = check_step(f"{self._where()}.operands: step", step)
         state = self.sr_state if step is None else torch.tensor([streams.signed64(self._stream), step],
                                                                 dtype=torch.int64, device=self.sr_state.device)
         r = runtime(self.layer_spec)
@@ -155,7 +150,7 @@ class QuantLinear(torch.nn.Linear):
         its step (``name`` and ``seed`` then unused). The QuantLinear takes ``linear``'s train/eval mode and its
         hooks (the handles that registered them still remove them). A lazy layer not yet run and a parametrized
         weight (``torch.nn.utils.parametrize``) are refused."""
-        _check_convertible(linear, name or "QuantLinear.from_linear")
+        check_convertible(linear, name or "QuantLinear.from_linear")
         q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, recipe=recipe, seed=seed,
                 name=name, device="meta")
         q.weight = linear.weight
@@ -166,7 +161,7 @@ class QuantLinear(torch.nn.Linear):
         else:
             q._set_stream(streams.stream_of_name(name) if name is not None else streams.stream_of_seed(seed), 0,
                           linear.weight.device)
-        _take_over(q, linear)
+        take_over(q, linear)
         return q
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -224,7 +219,7 @@ _HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always
           "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
-def _take_over(new: torch.nn.Module, old: torch.nn.Module) -> None:
+def take_over(new: torch.nn.Module, old: torch.nn.Module) -> None:
     """``new`` takes ``old``'s place: its train/eval mode and its hooks (the very dicts, which the handles of
     ``register_*_hook`` remove from)."""
     new.train(old.training)
@@ -233,7 +228,7 @@ def _take_over(new: torch.nn.Module, old: torch.nn.Module) -> None:
             setattr(new, attr, old.__dict__[attr])
 
 
-def _check_convertible(linear: torch.nn.Linear, where: str) -> None:
+def check_convertible(linear: torch.nn.Linear, where: str) -> None:
     """Refuse layers whose weight a QuantLinear cannot share: lazy ones before their first run, parametrized ones."""
     from torch.nn.modules.lazy import LazyModuleMixin
     from torch.nn.utils import parametrize
@@ -246,56 +241,10 @@ def _check_convertible(linear: torch.nn.Linear, where: str) -> None:
                          "which a QuantLinear does not keep; convert the layer before parametrizing it")
 
 
-class TokenShard:
-    """This process's rows of a data-parallel batch: the global operand [world * m, C] of a layer is the ranks'
-    [m, C] operands concatenated in rank order over the process group ``group`` (rank r holds global rows
-    r*m .. r*m + m - 1; every rank the same m). A layer with a shard all-gathers an X or dY that rounds
-    stochastically or has a tensor scale, quantizes the global operand and keeps its rows: each element draws
-    the SR bits of its global position (Philox counter = element index in the global operand) and tensor scales
-    are the global batch's. Other operands quantize locally with the same bits: W is whole on every rank, and the
-    blocks and RHT blocks of X and dY along M (tokens) fit in one rank's rows when m is a multiple of their size
-    (QuantLinear checks m). Cost: per such operand an all-gather and a quantization of the global operand."""
-
-    def __init__(self, group: Any = None) -> None:
-        import torch.distributed as dist
-
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world = dist.get_world_size(group)
-        pg = group if group is not None else dist.group.WORLD
-        self.group_name = str(getattr(pg, "group_name", None) or id(pg))  # names the shard in a layer's spec
-
-    def gather(self, t: torch.Tensor) -> torch.Tensor:
-        """The global operand: ``t`` [m, C] of every rank, in rank order."""
-        import torch.distributed as dist
-
-        t = t.contiguous()
-        out = t.new_empty((self.world * t.shape[0], *t.shape[1:]))
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # (renamed in torch 2.13)
-        gather(out, t, group=self.group)
-        return out
-
-    def rows(self, y: Any) -> Any:
-        """A copy of this rank's rows of a global operand (None stays None): a saved operand holds no more."""
-        if y is None:
-            return None
-        m = y.shape[0] // self.world
-        return y[self.rank * m:(self.rank + 1) * m].clone()
-
-
-def set_token_shard(model: torch.nn.Module, shard: TokenShard | None) -> None:
-    """Give every ``QuantLinear`` of ``model`` the data-parallel shard ``shard`` (None: one process's batch)."""
-    key = "" if shard is None else register_shard(shard)
-    for m in model.modules():
-        if isinstance(m, QuantLinear):
-            spec = LayerSpec.decode(m.layer_spec)
-            m._set_spec(LayerSpec(spec.recipe, spec.rht_seed, key))
-
-
 _GEMMS_OF = {"x": ("fprop", "wgrad"), "w": ("fprop", "dgrad"), "dy": ("dgrad", "wgrad")}
 
 
-def _check_step(where: str, value: Any) -> int:
+def check_step(where: str, value: Any) -> int:
     """``value`` as a step: an integer (a Python, numpy or one-element integer torch value, such as an optimizer's
     step tensor; not a bool) in [0, 2**63)."""
     item = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
@@ -377,128 +326,13 @@ def _token_multiple(recipe: Recipe, formats: dict[str, Any]) -> tuple[int, str]:
     return need, why
 
 
-def _blocks_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
+def features_fit(recipe: Recipe, linear: torch.nn.Linear) -> bool:
+    """Whether ``linear``'s widths are multiples of ``recipe``'s block and RHT sizes (``QuantLinear`` takes it)."""
     try:
         _check_features(recipe, linear.in_features, linear.out_features, "")
     except InputError:
         return False
     return True
-
-
-def quantize_model(model: torch.nn.Module, recipe: Any, seed: int = 0,
-                   skip: str | tuple[str, ...] = ()) -> torch.nn.Module:
-    """Replace every ``nn.Linear`` of ``model`` by a ``QuantLinear`` sharing its parameters, in place; returns the
-    model. Layers whose qualified name matches a pattern of ``skip`` (fnmatch patterns, e.g. ``"lm_head"``,
-    ``"blocks.0.*"``; a string is one pattern) stay as they are. Layers matching the recipe's ``high_precision``,
-    layers whose widths are not multiples of the recipe's block sizes and the ``out_proj`` of
-    ``nn.MultiheadAttention`` (which reads its weight and never calls it) are left in high precision (a warning
-    names the last two kinds): a plain ``nn.Linear`` (a ``QuantLinear`` of an earlier conversion becomes one
-    again, sharing its parameters). Each layer's random streams derive from its qualified name (and ``seed``,
-    which shifts every stream of the model). Names are those of the model as written: ``torch.compile`` wrappers
-    add nothing to them. A layer reached under several names (one module used twice) becomes one QuantLinear,
-    named by its first name, at every place. A ``QuantLinear`` of another recipe takes this recipe, keeping its
-    parameters, stream and step. Each QuantLinear takes the train/eval mode and the hooks of the layer it
-    replaces (``QuantLinear.from_linear``). Subclasses of ``nn.Linear`` with a forward of their own or further
-    parameters, buffers or modules stay as they are (a warning names them): a QuantLinear would drop those."""
-    r = get_recipe(recipe)
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(f"quantize_model: model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(model, torch.nn.Linear):
-        raise InputError("quantize_model: the model itself is an nn.Linear; wrap it (e.g. in nn.Sequential) or use "
-                         "QuantLinear.from_linear")
-    if isinstance(skip, str):
-        skip = (skip,)  # one pattern, not its characters
-    if not isinstance(skip, (tuple, list, set)) or not all(isinstance(p, str) for p in skip):
-        raise InputError(f"quantize_model: skip must be a pattern or a tuple of patterns (strings), got {skip!r}")
-    skip = tuple(skip)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InputError(f"quantize_model: seed must be an int, got {seed!r}")
-    unfit: list[str] = []
-    bypassed: list[str] = []  # out_proj of nn.MultiheadAttention: its weight is used, its forward never runs
-    custom: list[str] = []  # nn.Linear subclasses with a forward or state of their own
-    done: dict[int, torch.nn.Module] = {}  # id of a linear layer -> what stands in its places
-    for path, child in list(model.named_modules(remove_duplicate=False)):
-        if isinstance(child, torch.nn.MultiheadAttention) and id(child.out_proj) not in done:
-            done[id(child.out_proj)] = _plain(child.out_proj)
-            bypassed.append(_model_name(model, f"{path}.out_proj" if path else "out_proj"))
-        if not isinstance(child, torch.nn.Linear) or not path:
-            continue
-        if id(child) not in done:
-            done[id(child)] = _converted(child, _model_name(model, path), r, seed, skip, unfit, custom)
-        if done[id(child)] is not child:
-            parent, _, attr = path.rpartition(".")
-            owner = model.get_submodule(parent) if parent else model
-            if _compiled_wrapper(owner):  # its compiled forward is bound to child
-                raise InputError(f"quantize_model: layer '{_model_name(model, path)}' is an nn.Linear compiled on "
-                                 "its own (torch.compile(linear)); convert it before compiling it")
-            setattr(owner, attr, done[id(child)])
-    names = {_model_name(model, path) for path, m in model.named_modules(remove_duplicate=False)
-             if isinstance(m, torch.nn.Linear) and path}
-    unmatched = [f"{p!r} ({where})" for where, patterns in (("skip", skip), ("high_precision", r.high_precision))
-                 for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
-    for kept, why in ((bypassed, "in high precision that nn.MultiheadAttention runs from their weights without "
-                       "calling them"),
-                      (custom, "as they are whose class changes nn.Linear's forward or adds parameters, buffers or "
-                       "modules, which a QuantLinear would drop"),
-                      (unfit, f"in high precision whose widths are not multiples of recipe '{r.name}''s block sizes")):
-        if kept:
-            warnings.warn(f"quantize_model: kept {len(kept)} linear layer(s) {why}: {', '.join(kept)}", stacklevel=2)
-    if unmatched:
-        warnings.warn(f"quantize_model: pattern(s) matching no linear layer of the model: {', '.join(unmatched)}",
-                      stacklevel=2)
-    return model
-
-
-def _compiled_wrapper(m: torch.nn.Module) -> bool:
-    """Whether ``m`` is the wrapper ``torch.compile`` returns for a module (which exists only once torch._dynamo is
-    imported: not importing it here spares a process that never compiles its import time)."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    return eval_frame is not None and isinstance(m, eval_frame.OptimizedModule)
-
-
-def _model_name(model: torch.nn.Module, path: str) -> str:
-    """The qualified name of the module at ``path`` in the user's model: without the ``_orig_mod`` steps of
-    ``torch.compile`` wrappers (so patterns and random streams do not depend on whether the model, or a block of
-    it, was compiled first)."""
-    return ".".join(p for p in path.split(".") if p != "_orig_mod")
-
-
-def _converted(child: torch.nn.Linear, name: str, r: Recipe, seed: int, skip: tuple[str, ...],
-               unfit: list[str], custom: list[str]) -> torch.nn.Module:
-    """What ``quantize_model`` puts in the places of ``child`` (first reached as ``name``); layers kept for their
-    widths are added to ``unfit``, subclasses of ``nn.Linear`` that compute something else to ``custom``."""
-    if any(fnmatch.fnmatchcase(name, p) for p in skip):
-        return child
-    if any(fnmatch.fnmatchcase(name, p) for p in r.high_precision):
-        return _plain(child)
-    if not _blocks_fit(r, child):
-        unfit.append(f"{name} ({child.in_features} -> {child.out_features})")
-        return _plain(child)
-    if isinstance(child, QuantLinear) and child.recipe == r:
-        return child
-    _check_convertible(child, f"quantize_model: layer '{name}'")
-    if not isinstance(child, QuantLinear) and not _plain_linear(child):
-        custom.append(f"{name} ({type(child).__name__})")
-        return child
-    return QuantLinear.from_linear(child, r, name=f"{seed}:{name}" if seed else name)
-
-
-def _plain_linear(linear: torch.nn.Linear) -> bool:
-    """Whether ``linear`` computes what ``nn.Linear`` does from its weight and bias alone (its class keeps
-    ``nn.Linear.forward`` and it holds no other parameters, buffers or modules), so a QuantLinear can replace it."""
-    return (type(linear).forward is torch.nn.Linear.forward and set(linear._parameters) <= {"weight", "bias"}
-            and not linear._buffers and not linear._modules)
-
-
-def _plain(child: torch.nn.Linear) -> torch.nn.Linear:
-    """``child`` in high precision: itself, or for a ``QuantLinear`` an ``nn.Linear`` sharing its parameters."""
-    if not isinstance(child, QuantLinear):
-        return child
-    plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
-    plain.weight = child.weight
-    plain.bias = child.bias
-    _take_over(plain, child)
-    return plain
 
 
 def fake_quantize(t: torch.Tensor, recipe: Any, operand: Operand, gemm: Gemm, axis: int, seed: int = 0) -> Any:

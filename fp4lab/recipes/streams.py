@@ -15,7 +15,7 @@ integers), so different
 RHT signs: ``rht_seed`` for every layer ("fixed"), or ``mix(stream ^ rht_seed) mod 2^62`` ("per_layer").
 Keys and signs depend on names, steps and uses only, so they are the same on every rank of a data-parallel run;
 there the element index of an X or dY element is its index in the global batch's operand (the ranks' rows
-concatenated in rank order, ``fp4lab.recipes.linear.TokenShard``), so no two ranks draw the same bits and the
+concatenated in rank order, ``fp4lab.recipes.shard.TokenShard``), so no two ranks draw the same bits and the
 bits equal those of one process over the global batch.
 """
 

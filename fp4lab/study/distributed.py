@@ -12,7 +12,7 @@ default process group, with the numerics of one process over the same global bat
   gradients are summed over the ranks (DDP: a sum comm hook; FSDP2: divide factor 1 with sum reductions). The
   gradient of the logits is then ``1/N`` per token as in the one-process mean, bit for bit. The logged loss is the
   all-reduced sum. With one rank the one-process formula (the mean) is used.
-* Quantization: every QuantLinear gets a ``TokenShard`` (``fp4lab.recipes.linear``): X and dY that round
+* Quantization: every QuantLinear gets a ``TokenShard`` (``fp4lab.recipes.shard``): X and dY that round
   stochastically or have a tensor scale are quantized as the global operand, so each element draws the SR bits of
   its global token position and tensor scales are the global batch's; SR keys and RHT signs derive from layer
   names and steps, equal on every rank. FSDP2 quantizes the weights after its all-gather (the layer sees the whole
@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from fp4lab.errors import InputError
-from fp4lab.recipes.linear import TokenShard, set_token_shard
+from fp4lab.recipes.shard import TokenShard, set_token_shard
 
 MODES: tuple[str, ...] = ("none", "ddp", "fsdp")
 FSDP_PARAMS: tuple[str, ...] = ("bf16", "fp32")

@@ -71,7 +71,8 @@ import torch.nn.functional as F
 from fp4lab.errors import Fp4labError, InputError
 from fp4lab.recipes import get_recipe, recipe_to_toml
 from fp4lab.recipes.config import FP8_GEMM_DTYPES
-from fp4lab.recipes.linear import QuantLinear, quantize_model
+from fp4lab.recipes.convert import layer_steps, quantize_model, set_layer_steps
+from fp4lab.recipes.linear import QuantLinear
 from fp4lab.study import diagnostics, distributed
 from fp4lab.study.config import RUNTIME_FIELDS, TrainConfig, check_device_name, clipped_repr
 from fp4lab.study.data import Corpus, eval_windows, load_corpus, train_batch
@@ -232,8 +233,7 @@ def _save_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, step: in
     msd, osd = par.state_dicts(model, opt)
     if not par.is_main:
         return
-    layers = {n: m.step for n, m in diagnostics.quant_layers(model)}
-    state = {"model": msd, "optimizer": osd, "step": step, "layer_steps": layers, "loop": loop,
+    state = {"model": msd, "optimizer": osd, "step": step, "layer_steps": layer_steps(model), "loop": loop,
              "rng": _rng_state(device), "binding": bound}
     write_with(run / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
 
@@ -260,9 +260,7 @@ def _load_checkpoint(run: Path, model: GPT, opt: torch.optim.Optimizer, device: 
         raise InputError(f"train: {path}: step {clipped_repr(step)} is outside 0..{steps}; {fix}")
     try:
         par.load(model, opt, state["model"], state["optimizer"])
-        layers = dict(diagnostics.quant_layers(model))
-        for name, s in state["layer_steps"].items():
-            layers[name].step = int(s)
+        set_layer_steps(model, state["layer_steps"])
         torch.set_rng_state(state["rng"]["cpu"].cpu())
         if device.type == "cuda" and "cuda" in state["rng"]:
             torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
