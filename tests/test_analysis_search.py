@@ -58,27 +58,26 @@ def test_run_search_structure(data):
         assert all(abs(x["verified_sqnr_db"] - x["sqnr_db"]) < 1e-3 for x in r["front"])
 
 
-def test_cli_search_json(capsys):
+SMALL_SEARCH = ["search-grids", "--lattice", "8", "--scheme", "fp32", "--dist", "gaussian", "--shape", "8x256"]
+
+
+def _search(capsys, *extra):
+    """stdout of the command-line search over a small lattice (with ``extra`` options)."""
     ap = argparse.ArgumentParser(prog="fp4lab")
     cli.register(ap.add_subparsers(dest="cmd"))
-    args = ap.parse_args(["search-grids", "--lattice", "8", "--scheme", "fp32", "--dist", "gaussian",
-                          "--shape", "8x256", "--json"])
+    args = ap.parse_args([*SMALL_SEARCH, *extra])
     assert args.func(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    return capsys.readouterr().out
+
+
+def test_cli_search_json(capsys):
+    doc = json.loads(_search(capsys, "--json"))
     assert list(doc["schemes"]) == ["fp32"] and doc["n_samples"] == 2048
 
 
 def test_cli_search_prints_the_re_measured_gap_in_significant_digits(capsys):
     """The gap between the search's SQNR and the quantizer's is a few 1e-6 dB: "within 0.0000 dB" said nothing."""
-    ap = argparse.ArgumentParser(prog="fp4lab")
-    cli.register(ap.add_subparsers(dest="cmd"))
-    args = ap.parse_args(["search-grids", "--lattice", "8", "--scheme", "fp32", "--dist", "gaussian",
-                          "--shape", "8x256", "--json"])
-    assert args.func(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = json.loads(_search(capsys, "--json"))
     gap = max(abs(r["verified_sqnr_db"] - r["sqnr_db"]) for r in doc["schemes"]["fp32"]["front"])
-    args = ap.parse_args(["search-grids", "--lattice", "8", "--scheme", "fp32", "--dist", "gaussian",
-                          "--shape", "8x256"])
-    assert args.func(args) == 0
-    printed = re.search(r"SQNR within (\S+) dB", capsys.readouterr().out).group(1)
+    printed = re.search(r"SQNR within (\S+) dB", _search(capsys)).group(1)
     assert float(printed) == pytest.approx(gap, rel=0.05, abs=1e-12)
