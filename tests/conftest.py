@@ -99,6 +99,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_kernels.py::test_gemm_errors": INTERP,
     "test_kernels.py::test_gemm_exact_matches_reference": INTERP,
     "test_kernels.py::test_input_dtypes_and_middle_axis": INTERP,
+    "test_kernels.py::test_nan_elements_of_ignore_blocks_take_the_nan_code": INTERP,
     "test_kernels.py::test_other_rounding_modes": INTERP,
     "test_kernels.py::test_packed_output_matches_pack_nibbles": INTERP,
     "test_kernels.py::test_quantize_bf16_words_path_all_formats": INTERP,
