@@ -156,6 +156,26 @@ def test_tensor_scale_bounds_are_tight(name):
             assert not np.isfinite(F32(1) / np.nextafter(lo, F32(0)))
 
 
+
+@pytest.mark.parametrize("element", ["e2m1", "e4m3"])
+def test_tensor_scale_bound_where_the_largest_code_overflows_before_the_tensor_scale(element):
+    """scale_product_first with an E8M0 scale: L * 2^127 overflows float32, yet L * float32(2^127 * t) is finite for
+    t up to about FLT_MAX / (L 2^127); the bound is that largest t, found from the float64 quotient (the walk up from
+    0 one ulp at a time never ended: found by random formats), and every backend gives the same bits."""
+    fmt = fp4lab.QuantFormat(name="pf-e8m0", element=element, block=dict(shape=[16]), scale="e8m0",
+                             scale_rule=dict(method="amax", dequantize_order="scale_product_first"),
+                             tensor_scale="amax")
+    lo, hi = tensor_scale_bounds(fmt)
+    L, S = F32(np.abs(fmt.element.levels).max()), F32(2.0**127)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(F32(L * S)) and lo == 0  # (divide element scaling: no floor)
+        assert np.isfinite(F32(L * F32(S * hi))) and not np.isfinite(F32(L * F32(S * np.nextafter(hi, F32(np.inf)))))
+    x = issue_huge()
+    opts = QuantizeOptions("sr", seed=5)
+    ref = rq.quantize_reference(x, fmt, opts)
+    assert np.isfinite(rq.dequantize_reference(ref)).all()
+    assert same_quantized(quantize_emulated(x, fmt, opts), ref)
+
 @pytest.mark.parametrize("ts", [RECIP_TS_FLOOR, F32(2.0**-127), F32(1e-37), F32(3.7e-36), F32(2.0**-100)])
 def test_multiplier_floor_is_the_smallest_finite_multiplier(ts):
     fmt = fp4lab.get_format("nvfp4")

@@ -76,7 +76,11 @@ def tensor_scale_bounds(fmt: QuantFormat) -> tuple[np.float32, np.float32]:
 
     with np.errstate(over="ignore"):
         d = F32(lmax * smax)
-        hi = F32(FLT_MAX / d) if np.isfinite(d) else F32(0)
+        if product_first:  # L * S may overflow float32 while S * t does not: start from the float64 quotient
+            hi = F32(float(FLT_MAX) / (float(lmax) * float(smax)))
+        else:
+            hi = F32(FLT_MAX / d) if np.isfinite(d) else F32(0)
+        # (a few ulps from the bound: the walks below end it)
         while hi > 0 and not finite(hi):
             hi = np.nextafter(hi, F32(0))
         while finite(np.nextafter(hi, F32(np.inf))):
