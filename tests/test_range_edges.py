@@ -157,18 +157,22 @@ def test_tensor_scale_bounds_are_tight(name):
 
 
 
-@pytest.mark.parametrize("element", ["e2m1", "e4m3"])
-def test_tensor_scale_bound_where_the_largest_code_overflows_before_the_tensor_scale(element):
-    """scale_product_first with an E8M0 scale: L * 2^127 overflows float32, yet L * float32(2^127 * t) is finite for
-    t up to about FLT_MAX / (L 2^127); the bound is that largest t, found from the float64 quotient (the walk up from
-    0 one ulp at a time never ended: found by random formats), and every backend gives the same bits."""
-    fmt = fp4lab.QuantFormat(name="pf-e8m0", element=element, block=dict(shape=[16]), scale="e8m0",
+@pytest.mark.parametrize("element,scale", [("e2m1", "e8m0"), ("e4m3", "e8m0"),
+                                           ({"kind": "table", "bits": 2, "magnitudes": [0.0, 2.0**-10]}, "ue4m3")])
+def test_tensor_scale_bound_of_scale_product_first(element, scale):
+    """scale_product_first: ts_hi is the largest float32 t with float32(L * float32(S * t)) finite. With E8M0
+    scales L * 2^127 overflows although that bound is positive (about FLT_MAX / (L 2^127)); with L < 1 the bound is
+    set by S * t alone. The bounds are found by bisecting float32 bit patterns (a walk of one ulp at a time from
+    FLT_MAX / float32(L * S), or from 0, took minutes to hours: found by random formats), and every backend gives
+    the same bits."""
+    fmt = fp4lab.QuantFormat(name="pf", element=element, block=dict(shape=[16]), scale=scale,
                              scale_rule=dict(method="amax", dequantize_order="scale_product_first"),
                              tensor_scale="amax")
     lo, hi = tensor_scale_bounds(fmt)
-    L, S = F32(np.abs(fmt.element.levels).max()), F32(2.0**127)
+    L = F32(np.abs(fmt.element.levels).max())
+    S = F32(2.0**127) if scale == "e8m0" else F32(448)
     with np.errstate(over="ignore"):
-        assert not np.isfinite(F32(L * S)) and lo == 0  # (divide element scaling: no floor)
+        assert lo == 0 and (L > 1) == (not np.isfinite(F32(L * S)))  # (divide element scaling: no floor)
         assert np.isfinite(F32(L * F32(S * hi))) and not np.isfinite(F32(L * F32(S * np.nextafter(hi, F32(np.inf)))))
     x = issue_huge()
     opts = QuantizeOptions("sr", seed=5)
