@@ -234,8 +234,9 @@ def policies_off():
 
 def broken(x: np.ndarray, q, fmt) -> bool:
     """Whether a result of the arithmetic without the policies is wrong: a finite input decoding to +-Inf, an Inf
-    input decoding to +-Inf where ``inf_policy = "saturate"`` promises the largest finite value, or a reciprocal
-    multiplier (1/ts, or (1/ts)/S of a block with a non-zero scale) that overflowed."""
+    input decoding to +-Inf where ``inf_policy = "saturate"`` promises the largest finite value, a tensor scale
+    above ``ts_hi`` (some code decodes to +-Inf at some scale the format stores: the bound is the format's, not the
+    input's), or a reciprocal multiplier (1/ts, or (1/ts)/S of a block with a non-zero scale) that overflowed."""
     with np.errstate(all="ignore"):
         d = rq.dequantize_reference(q)
         if np.isinf(d[np.isfinite(x)]).any():
@@ -243,6 +244,8 @@ def broken(x: np.ndarray, q, fmt) -> bool:
         if fmt.scale_rule.inf_policy == "saturate" and np.isinf(d[np.isinf(x)]).any():
             return True
         rule = fmt.scale_rule
+        if q.tensor_scale is not None and F32(q.tensor_scale) > tensor_scale_bounds(fmt)[1]:
+            return True
         if rule.element_scaling != "reciprocal" or rule.scale_arithmetic == "encode":
             return False
         m = F32(1) if q.tensor_scale is None else F32(F32(1) / F32(q.tensor_scale))
@@ -257,7 +260,25 @@ def test_policies_move_only_broken_results(data):
     x = data.draw(st.one_of(range_edge_inputs(fmt), st.just(None)))
     if x is None:
         x = data.draw(fp4lab.testing.block_inputs(fmt))
-    mode = data.draw(rounding_modes())
+    assert_policies_move_only_broken_results(x, fmt, data.draw(rounding_modes()))
+
+
+def test_policies_move_a_tensor_scale_whose_largest_code_overflows():
+    """Target 0.5 of a grid up to 1.5, E8M0 scales, amax 2^127: without the bound ts = 2, the block scale 2^127 and
+    the divisor S * ts overflows (x / Inf = 0, the element is lost); the bound (4/3, where the largest code 1.5
+    decodes finite at 2^127) moves that result, which no decoded value flagged as broken (found by random draws)."""
+    fmt = fp4lab.QuantFormat(name="t05", element=dict(kind="int", int_bits=3, range="symmetric", step=0.5),
+                             block=dict(shape=[4]), scale="e8m0", tensor_scale="amax",
+                             scale_rule=dict(method="amax", targets=[0.5], min_scale=1.0))
+    x = np.array([[2.0**127, 0.0, 0.0, 0.0]], F32)
+    assert_policies_move_only_broken_results(x, fmt, "rtne")
+    q = rq.quantize_reference(x, fmt)
+    assert F32(q.tensor_scale) == tensor_scale_bounds(fmt)[1] and rq.dequantize_reference(q)[0, 0] > 2.0**127
+
+
+def assert_policies_move_only_broken_results(x: np.ndarray, fmt, mode: str) -> None:
+    """The reference with and without the range-edge policies gives the same bits unless the latter is ``broken``;
+    with them no finite input decodes to +-Inf (saturating formats); the numba twin equals the reference."""
     with np.errstate(all="ignore"):
         new = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=4))
         if fmt.overflow == "saturate":  # ("inf" maps overflow to Inf codes on purpose; NaN blocks hold finite x)
