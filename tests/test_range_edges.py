@@ -326,7 +326,9 @@ def test_decoded_cap_keeps_the_sign_of_zero():
     """A table grid whose most negative finite level under a huge scale is 0 (magnitudes {0, 128}, e8m0 ceil, amax
     FLT_MAX: -128 * 2^121 overflows). A negative value capped there, and a -0.0 input, stay -0 (code 2) with
     signed_zero "keep", on the reference, the numba emulator and the Triton kernel; before the fix the reference's
-    np.maximum(t, +0.0) made both +0 (code 0), a policy moving a result that was not broken (found 2026-12-01)."""
+    np.maximum(t, +0.0) made both +0 (code 0), a policy moving a result that was not broken (found 2026-12-01).
+    Under rtp / rtm the cap comes after the underflow rule: a capped -0 (or +0) stays a zero, where the kernel, capping
+    first, turned it into -2^-149 and rtm into -128 (decoding to -Inf; found by random draws)."""
     fmt = fp4lab.QuantFormat.model_validate(dict(
         name="zero-cap", element=dict(kind="table", table_bits=2, magnitudes=[0.0, 128.0]), block=dict(shape=[4]),
         scale="e8m0", scale_rule=dict(method="ceil"), nan_element="nan", overflow="saturate", signed_zero="keep"))
@@ -334,7 +336,7 @@ def test_decoded_cap_keeps_the_sign_of_zero():
     x = np.array([[-0.0, -big, -big, -big], [0.0, big, -big, -0.0]], np.float32)
     lo, hi = decoded_caps(fmt, np.array([2.0 ** 121], np.float32))
     assert lo[0] == 0 and np.signbit(lo[0]) and hi[0] == 0 and not np.signbit(hi[0])  # -0 below, +0 above
-    for mode in ("rtne", "rtz", "sr"):
+    for mode in ("rtne", "rtz", "sr", "rtp", "rtm"):  # (rtp / rtm: the cap after the underflow rule)
         opts = QuantizeOptions(mode, seed=4)
         with np.errstate(all="ignore"):
             ref = rq.quantize_reference(x, fmt, opts)

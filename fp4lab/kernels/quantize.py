@@ -340,14 +340,15 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
     else:
         te = _scale_elements(eb, S, ts, TWO_D, SCALE, LEAN)
         to = _scale_elements(ob, S, ts, TWO_D, SCALE, LEAN)
-        if SCALE.S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
-            lvl_ptr = etab[ETAB_LEVELS]
-            lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
-            te = _cap(te, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
-            to = _cap(to, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
     if ELEM.DIRECTED:
         te = _nonzero_quotients(te, eb, S, TWO_D)
         to = _nonzero_quotients(to, ob, S, TWO_D)
+    if SCALE.S_CRIT > 0.0 and not LEAN:  # after the above, as the reference; two-level: only with ts = 1 (the
+        # fallback; any other ts is capped)
+        lvl_ptr = etab[ETAB_LEVELS]
+        lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
+        te = _cap(te, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
+        to = _cap(to, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
     ce = _encode(te, reb, etab, ELEM, not LEAN)
     co = _encode(to, rob, etab, ELEM, not LEAN)
     return ce, co
