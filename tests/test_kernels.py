@@ -654,3 +654,19 @@ def test_nan_elements_of_ignore_blocks_take_the_nan_code(arith, scaling):
         want, _ = fake_quantize_reference(x, fmt, mode, 4, -1, None, 0, 24, "fp32")
         assert np.array_equal(np.isnan(y.numpy()), np.isnan(want)) and np.isnan(want).sum() == 2
         assert same_bits(y.numpy()[~np.isnan(want)], want[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("bias", [-4, -1])
+def test_dequantize_float_grids_with_negative_bias(bias):
+    """A float grid with a negative exponent bias (E2M1, bias -1: levels up to 24): the kernel decodes codes by
+    placing the fields in fp32 bits and multiplying by 2^(127 - bias), beyond float32 here, so it multiplies twice
+    (once gave +-Inf and NaN: found by random formats); every level decodes to the reference's bits."""
+    fmt = QuantFormat(name="neg-bias", element={"kind": "float", "exponent_bits": 2, "mantissa_bits": 1, "bias": bias},
+                      block={"shape": [16]}, scale="e8m0", scale_rule={"method": "amax"})
+    lv = fmt.element.levels
+    x = np.concatenate([lv, -lv[::-1]]).astype(np.float32)[None, :16]
+    qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions())
+    ref = quantize_reference(x, fmt)
+    assert_same(qt, ref)
+    assert same_bits(dequantize_cuda(qt).numpy(), dequantize_reference(ref))
+    assert np.isfinite(dequantize_reference(ref)).all()
