@@ -647,3 +647,41 @@ def test_scale_overflow_saturates_and_zero_times_infinite_reciprocal():
             with np.errstate(all="ignore"):
                 qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions(mode, seed=4))
             assert_same(qt, quantize_reference(x, fmt, QuantizeOptions(mode, seed=4)))
+
+
+@pytest.mark.parametrize("arith,scaling", [("decode", "reciprocal"), ("encode", "reciprocal"), ("decode", "divide")])
+def test_nan_elements_of_ignore_blocks_take_the_nan_code(arith, scaling):
+    """nan_policy "ignore": a NaN element leaves its block's scale alone but still gets ``nan_element``'s code
+    (here the grid's NaN code), also in a tile whose scales are otherwise plain (finite, normal), where the kernel
+    takes its lean path; quantize and fake quantization equal the reference (found by random formats: the lean
+    path wrote code 0)."""
+    fmt = QuantFormat(name="nan-ignore", element="e4m3", block={"shape": [16]}, scale="bf16", nan_element="nan",
+                      scale_rule={"method": "amax", "nan_policy": "ignore", "element_scaling": scaling,
+                                  "scale_arithmetic": arith})
+    x = make_input("random", 4, 32, seed=3)
+    x[0, 0] = x[2, 17] = np.float32(np.nan)
+    for mode in ("rtne", "sr"):
+        opts = QuantizeOptions(mode, seed=4)
+        ref = quantize_reference(x, fmt, opts)
+        assert ref.codes[0, 0] == ref.codes[2, 17] == 0x7F and np.isfinite(ref.scales).all()
+        assert_same(quantize_cuda(torch.from_numpy(x), fmt, opts), ref)
+        y = fake_quantize_triton(torch.from_numpy(x), fmt, mode, along_k=Blocking(seed=4), out_dtype=torch.float32)[0]
+        want, _ = fake_quantize_reference(x, fmt, mode, 4, -1, None, 0, 24, "fp32")
+        assert np.array_equal(np.isnan(y.numpy()), np.isnan(want)) and np.isnan(want).sum() == 2
+        assert same_bits(y.numpy()[~np.isnan(want)], want[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("bias", [-4, -1])
+def test_dequantize_float_grids_with_negative_bias(bias):
+    """A float grid with a negative exponent bias (E2M1, bias -1: levels up to 24): the kernel decodes codes by
+    placing the fields in fp32 bits and multiplying by 2^(127 - bias), beyond float32 here, so it multiplies twice
+    (once gave +-Inf and NaN: found by random formats); every level decodes to the reference's bits."""
+    fmt = QuantFormat(name="neg-bias", element={"kind": "float", "exponent_bits": 2, "mantissa_bits": 1, "bias": bias},
+                      block={"shape": [16]}, scale="e8m0", scale_rule={"method": "amax"})
+    lv = fmt.element.levels
+    x = np.concatenate([lv, -lv[::-1]]).astype(np.float32)[None, :16]
+    qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions())
+    ref = quantize_reference(x, fmt)
+    assert_same(qt, ref)
+    assert same_bits(dequantize_cuda(qt).numpy(), dequantize_reference(ref))
+    assert np.isfinite(dequantize_reference(ref)).all()

@@ -156,6 +156,30 @@ def test_tensor_scale_bounds_are_tight(name):
             assert not np.isfinite(F32(1) / np.nextafter(lo, F32(0)))
 
 
+
+@pytest.mark.parametrize("element,scale", [("e2m1", "e8m0"), ("e4m3", "e8m0"),
+                                           ({"kind": "table", "bits": 2, "magnitudes": [0.0, 2.0**-10]}, "ue4m3")])
+def test_tensor_scale_bound_of_scale_product_first(element, scale):
+    """scale_product_first: ts_hi is the largest float32 t with float32(L * float32(S * t)) finite. With E8M0
+    scales L * 2^127 overflows although that bound is positive (about FLT_MAX / (L 2^127)); with L < 1 the bound is
+    set by S * t alone. The bounds are found by bisecting float32 bit patterns (a walk of one ulp at a time from
+    FLT_MAX / float32(L * S), or from 0, took minutes to hours: found by random formats), and every backend gives
+    the same bits."""
+    fmt = fp4lab.QuantFormat(name="pf", element=element, block=dict(shape=[16]), scale=scale,
+                             scale_rule=dict(method="amax", dequantize_order="scale_product_first"),
+                             tensor_scale="amax")
+    lo, hi = tensor_scale_bounds(fmt)
+    L = F32(np.abs(fmt.element.levels).max())
+    S = F32(2.0**127) if scale == "e8m0" else F32(448)
+    with np.errstate(over="ignore"):
+        assert lo == 0 and (L > 1) == (not np.isfinite(F32(L * S)))  # (divide element scaling: no floor)
+        assert np.isfinite(F32(L * F32(S * hi))) and not np.isfinite(F32(L * F32(S * np.nextafter(hi, F32(np.inf)))))
+    x = issue_huge()
+    opts = QuantizeOptions("sr", seed=5)
+    ref = rq.quantize_reference(x, fmt, opts)
+    assert np.isfinite(rq.dequantize_reference(ref)).all()
+    assert same_quantized(quantize_emulated(x, fmt, opts), ref)
+
 @pytest.mark.parametrize("ts", [RECIP_TS_FLOOR, F32(2.0**-127), F32(1e-37), F32(3.7e-36), F32(2.0**-100)])
 def test_multiplier_floor_is_the_smallest_finite_multiplier(ts):
     fmt = fp4lab.get_format("nvfp4")
@@ -210,8 +234,9 @@ def policies_off():
 
 def broken(x: np.ndarray, q, fmt) -> bool:
     """Whether a result of the arithmetic without the policies is wrong: a finite input decoding to +-Inf, an Inf
-    input decoding to +-Inf where ``inf_policy = "saturate"`` promises the largest finite value, or a reciprocal
-    multiplier (1/ts, or (1/ts)/S of a block with a non-zero scale) that overflowed."""
+    input decoding to +-Inf where ``inf_policy = "saturate"`` promises the largest finite value, a tensor scale
+    above ``ts_hi`` (some code decodes to +-Inf at some scale the format stores: the bound is the format's, not the
+    input's), or a reciprocal multiplier (1/ts, or (1/ts)/S of a block with a non-zero scale) that overflowed."""
     with np.errstate(all="ignore"):
         d = rq.dequantize_reference(q)
         if np.isinf(d[np.isfinite(x)]).any():
@@ -219,6 +244,8 @@ def broken(x: np.ndarray, q, fmt) -> bool:
         if fmt.scale_rule.inf_policy == "saturate" and np.isinf(d[np.isinf(x)]).any():
             return True
         rule = fmt.scale_rule
+        if q.tensor_scale is not None and F32(q.tensor_scale) > tensor_scale_bounds(fmt)[1]:
+            return True
         if rule.element_scaling != "reciprocal" or rule.scale_arithmetic == "encode":
             return False
         m = F32(1) if q.tensor_scale is None else F32(F32(1) / F32(q.tensor_scale))
@@ -233,7 +260,25 @@ def test_policies_move_only_broken_results(data):
     x = data.draw(st.one_of(range_edge_inputs(fmt), st.just(None)))
     if x is None:
         x = data.draw(fp4lab.testing.block_inputs(fmt))
-    mode = data.draw(rounding_modes())
+    assert_policies_move_only_broken_results(x, fmt, data.draw(rounding_modes()))
+
+
+def test_policies_move_a_tensor_scale_whose_largest_code_overflows():
+    """Target 0.5 of a grid up to 1.5, E8M0 scales, amax 2^127: without the bound ts = 2, the block scale 2^127 and
+    the divisor S * ts overflows (x / Inf = 0, the element is lost); the bound (4/3, where the largest code 1.5
+    decodes finite at 2^127) moves that result, which no decoded value flagged as broken (found by random draws)."""
+    fmt = fp4lab.QuantFormat(name="t05", element=dict(kind="int", int_bits=3, range="symmetric", step=0.5),
+                             block=dict(shape=[4]), scale="e8m0", tensor_scale="amax",
+                             scale_rule=dict(method="amax", targets=[0.5], min_scale=1.0))
+    x = np.array([[2.0**127, 0.0, 0.0, 0.0]], F32)
+    assert_policies_move_only_broken_results(x, fmt, "rtne")
+    q = rq.quantize_reference(x, fmt)
+    assert F32(q.tensor_scale) == tensor_scale_bounds(fmt)[1] and rq.dequantize_reference(q)[0, 0] > 2.0**127
+
+
+def assert_policies_move_only_broken_results(x: np.ndarray, fmt, mode: str) -> None:
+    """The reference with and without the range-edge policies gives the same bits unless the latter is ``broken``;
+    with them no finite input decodes to +-Inf (saturating formats); the numba twin equals the reference."""
     with np.errstate(all="ignore"):
         new = rq.quantize_reference(x, fmt, QuantizeOptions(mode, seed=4))
         if fmt.overflow == "saturate":  # ("inf" maps overflow to Inf codes on purpose; NaN blocks hold finite x)
@@ -281,7 +326,9 @@ def test_decoded_cap_keeps_the_sign_of_zero():
     """A table grid whose most negative finite level under a huge scale is 0 (magnitudes {0, 128}, e8m0 ceil, amax
     FLT_MAX: -128 * 2^121 overflows). A negative value capped there, and a -0.0 input, stay -0 (code 2) with
     signed_zero "keep", on the reference, the numba emulator and the Triton kernel; before the fix the reference's
-    np.maximum(t, +0.0) made both +0 (code 0), a policy moving a result that was not broken (found 2026-12-01)."""
+    np.maximum(t, +0.0) made both +0 (code 0), a policy moving a result that was not broken (found 2026-12-01).
+    Under rtp / rtm the cap comes after the underflow rule: a capped -0 (or +0) stays a zero, where the kernel, capping
+    first, turned it into -2^-149 and rtm into -128 (decoding to -Inf; found by random draws)."""
     fmt = fp4lab.QuantFormat.model_validate(dict(
         name="zero-cap", element=dict(kind="table", table_bits=2, magnitudes=[0.0, 128.0]), block=dict(shape=[4]),
         scale="e8m0", scale_rule=dict(method="ceil"), nan_element="nan", overflow="saturate", signed_zero="keep"))
@@ -289,7 +336,7 @@ def test_decoded_cap_keeps_the_sign_of_zero():
     x = np.array([[-0.0, -big, -big, -big], [0.0, big, -big, -0.0]], np.float32)
     lo, hi = decoded_caps(fmt, np.array([2.0 ** 121], np.float32))
     assert lo[0] == 0 and np.signbit(lo[0]) and hi[0] == 0 and not np.signbit(hi[0])  # -0 below, +0 above
-    for mode in ("rtne", "rtz", "sr"):
+    for mode in ("rtne", "rtz", "sr", "rtp", "rtm"):  # (rtp / rtm: the cap after the underflow rule)
         opts = QuantizeOptions(mode, seed=4)
         with np.errstate(all="ignore"):
             ref = rq.quantize_reference(x, fmt, opts)

@@ -205,6 +205,8 @@ def decode_elements(code, vals_ptr, DEC: tl.constexpr):
         mag = code & ((1 << (EB + MB)) - 1)
         sgn = (code >> (EB + MB)) & 1
         v = f32_of((mag << (23 - MB)) | (sgn << 31))
+        if DEC.BIAS < 0:  # 2^(127 - bias) is beyond float32: two exact multiplies (each result <= the value's)
+            return (v * (2.0 ** 127)) * (2.0 ** (-DEC.BIAS))
         return v * (2.0 ** (127 - DEC.BIAS))
     elif DEC.KIND == DECODE_INT:
         k = (code << (32 - EB)) >> (32 - EB)

@@ -340,14 +340,15 @@ def _encode_blocks(eb, ob, reb, rob, S, ts, etab, TWO_D: tl.constexpr, ELEM: tl.
     else:
         te = _scale_elements(eb, S, ts, TWO_D, SCALE, LEAN)
         to = _scale_elements(ob, S, ts, TWO_D, SCALE, LEAN)
-        if SCALE.S_CRIT > 0.0 and not LEAN:  # two-level: only with ts = 1 (the fallback; any other ts is capped)
-            lvl_ptr = etab[ETAB_LEVELS]
-            lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
-            te = _cap(te, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
-            to = _cap(to, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
     if ELEM.DIRECTED:
         te = _nonzero_quotients(te, eb, S, TWO_D)
         to = _nonzero_quotients(to, ob, S, TWO_D)
+    if SCALE.S_CRIT > 0.0 and not LEAN:  # after the above, as the reference; two-level: only with ts = 1 (the
+        # fallback; any other ts is capped)
+        lvl_ptr = etab[ETAB_LEVELS]
+        lo, hi = _decoded_caps(tl.where(ts == 1.0, S, float("nan")) if SCALE.TWO_LEVEL else S, lvl_ptr, ELEM)
+        te = _cap(te, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
+        to = _cap(to, expand_blocks(lo, TWO_D), expand_blocks(hi, TWO_D))
     ce = _encode(te, reb, etab, ELEM, not LEAN)
     co = _encode(to, rob, etab, ELEM, not LEAN)
     return ce, co
@@ -443,18 +444,21 @@ def quantize_halves(xe, xo, re, ro, ts, g, etab, stab, BM: tl.constexpr, C2: tl.
             has_nan = top != top
             has_inf = top == float("inf")
             amax = tl.where(has_nan | has_inf, 0.0, top)
+            nan_el = has_nan
         else:
             ae = bits_of(eb) & 0x7FFFFFFF
             ao = bits_of(ob) & 0x7FFFFFFF
             amax = f32_of(_bmax(tl.maximum(tl.where(ae < 0x7F800000, ae, 0), tl.where(ao < 0x7F800000, ao, 0)), TWO_D))
-            has_nan = amax != amax
+            has_nan = amax != amax  # all False: NaN elements leave the block scale alone (nan_policy "ignore")
             has_inf = _bmax(tl.maximum(tl.where(ae == 0x7F800000, 1, 0), tl.where(ao == 0x7F800000, 1, 0)), TWO_D) > 0
+            # ... but they still take the NaN element policy, which the lean path leaves out
+            nan_el = _bmax(tl.maximum(tl.where(ae > 0x7F800000, 1, 0), tl.where(ao > 0x7F800000, 1, 0)), TWO_D) > 0
         zero = (amax == 0.0) & (~has_nan) & (~has_inf)
         best_sc, best_S = _block_scales(amax, zero, has_inf, has_nan, ts, g, tl.load(tg_ptr), tl.load(itg_ptr), stab,
                                         SCALE)
         if BUMP:
             best_sc, best_S = _floor_scales(best_sc, best_S, amax, fcode, fval)
-        if LEAN_OK and _tile_is_plain(has_inf, has_nan, best_S, ts, amax, SCALE, FAST_DIV):
+        if LEAN_OK and _tile_is_plain(has_inf, nan_el, best_S, ts, amax, SCALE, FAST_DIV):
             best_e, best_o = _encode_blocks(eb, ob, reb, rob, best_S, ts, etab, TWO_D, ELEM, SCALE, True, QDIV,
                                             FAST_DIV)
         else:

@@ -74,13 +74,14 @@ def tensor_scale_bounds(fmt: QuantFormat) -> tuple[np.float32, np.float32]:
     def finite(t: np.float32) -> bool:  # the largest code's decoded value, in the format's order of products
         return bool(_finite_f32(lmax * F32(smax * t) if product_first else F32(lmax * smax) * t))
 
+    # finite(t) is monotone in t >= 0 (products of float32 roundings), and float32 bit patterns of t >= 0 are
+    # ordered as the values: bisect the patterns (finite(0) holds, +Inf does not)
+    ok, bad = 0, 0x7F800000
     with np.errstate(over="ignore"):
-        d = F32(lmax * smax)
-        hi = F32(FLT_MAX / d) if np.isfinite(d) else F32(0)
-        while hi > 0 and not finite(hi):
-            hi = np.nextafter(hi, F32(0))
-        while finite(np.nextafter(hi, F32(np.inf))):
-            hi = np.nextafter(hi, F32(np.inf))
+        while bad - ok > 1:
+            mid = (ok + bad) // 2
+            ok, bad = (mid, bad) if finite(np.array(mid, np.uint32).view(F32)) else (ok, mid)
+    hi = np.array(ok, np.uint32).view(F32)
     hi = hi if hi > 0 else F32(FLT_MAX)  # no finite tensor scale keeps every code finite: no cap
     rule = fmt.scale_rule
     lo = RECIP_TS_FLOOR if rule.element_scaling == "reciprocal" and rule.scale_arithmetic != "encode" else F32(0)

@@ -13,9 +13,10 @@ Pipeline for one tensor ``x`` (float32 after an RTNE cast from wider types), doc
    takes ``range_policy.multiplier_floor``; policies for all-zero, NaN and Inf blocks;
 4. scaled element ``t`` (``x / S``; ``x * float32(1/S)``; two-level ``x / float32(S*ts)`` or
    ``x * float32(float32(1/ts)/S)``), a zero scale giving a signed zero; "encode" arithmetic:
-   ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; with tensor scale 1
-   (single-level formats) ``t`` is clamped to ``range_policy.decoded_caps`` (no code decodes to Inf); rtp / rtm:
-   a quotient that underflowed to +-0 takes +-2^-149 (``nonzero_quotients``); ``t`` rounded onto the element grid;
+   ``t = x * min(float32(1 / float32(S*ts)), FLT_MAX)`` with no zero-scale special case; rtp / rtm: a quotient
+   that underflowed to +-0 takes +-2^-149 (``nonzero_quotients``); then, with tensor scale 1 (single-level
+   formats), ``t`` is clamped to ``range_policy.decoded_caps`` (no code decodes to Inf); ``t`` rounded onto the
+   element grid;
 5. several targets (4-over-6): the candidate with the smaller float32 sum of squared (``select_by = "sse"``) or
    absolute (``"sae"``) errors, summed in element order, wins; ties keep the earlier target.
 """
