@@ -94,6 +94,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_hw_gemm.py::test_three_gemms_equal_the_cpu_model_on_reference_operands": INTERP,
     "test_kernels.py::test_dequantize_fp32_bf16_and_inverse_rht": INTERP,
     "test_kernels.py::test_dequantize_float_grids_with_negative_bias": INTERP,
+    "test_kernels.py::test_float_scales_with_a_negative_bias_decode_by_table": INTERP,
     "test_kernels.py::test_dequantize_strided_codes_and_wrong_scale_shape": INTERP,
     "test_kernels.py::test_division_at_rounding_boundaries": INTERP,
     "test_kernels.py::test_division_by_reciprocal_falls_back_near_boundaries": INTERP,

@@ -5,6 +5,7 @@ cases)."""
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -685,3 +686,19 @@ def test_dequantize_float_grids_with_negative_bias(bias):
     assert_same(qt, ref)
     assert same_bits(dequantize_cuda(qt).numpy(), dequantize_reference(ref))
     assert np.isfinite(dequantize_reference(ref)).all()
+
+
+def test_float_scales_with_a_negative_bias_decode_by_table():
+    """A float scale format with a negative bias (E4M3, bias -2: scales up to 2^17 * 480) decodes by its table on
+    every backend: the bit-arithmetic decode would need 2^(127 - bias), beyond float32 (and warned of the overflow
+    when the plan tried it)."""
+    fmt = QuantFormat(name="neg-bias-scale", element="e2m1", block={"shape": [16]},
+                      scale={"kind": "float", "exponent_bits": 4, "mantissa_bits": 3, "bias": -2},
+                      scale_rule={"method": "amax"})
+    x = (np.random.default_rng(3).standard_normal((4, 64)) * 2.0**20).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ref = quantize_reference(x, fmt)
+    qt = quantize_cuda(torch.from_numpy(x), fmt, QuantizeOptions())
+    assert_same(qt, ref)
+    assert same_bits(dequantize_cuda(qt).numpy(), dequantize_reference(ref))

@@ -268,7 +268,8 @@ def _scale_plan(fmt: QuantFormat) -> ScalePlan:
     if sfmt.tabulated:
         f["values"] = _frozen(sfmt.decode(np.arange(sfmt.n_codes)), F32)
     if f["kind"] == ScaleKind.FLOAT_TABLE and sfmt.subnormals and sfmt.exponent_bits <= 7 \
-            and sfmt.exponent_bias <= 127:  # decode by bit arithmetic where it gives every finite value exactly
+            and 0 <= sfmt.exponent_bias <= 127:  # bit arithmetic where it gives every finite value exactly (a
+        # negative bias would need 2^(127 - bias), beyond float32: such scales keep the table)
         nan = sfmt.grid.nan_code
         codes = np.arange(sfmt.n_codes)
         arith = ((codes.astype(np.uint32) << np.uint32(23 - sfmt.mantissa_bits)).view(F32)
