@@ -50,15 +50,21 @@ def test_show_uniform_grid_has_no_interior_bias(capsys):
     assert code == 0 and interior.sum() == 12 and np.all(bias[interior] == 0.0)
 
 
+def _show_spec(capsys, tmp_path, text):
+    """(exit code, JSON document) of ``fp4lab show --json`` on a spec file holding ``text``."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    code, out, _ = run(capsys, "show", str(spec), "--json")
+    return code, json.loads(out)
+
+
 def test_show_level_bias_of_an_asymmetric_grid_uses_each_side_s_own_neighbours(capsys, tmp_path):
     """Levels -6 -5 -3 -2 -1 -0.5 -0.25 0 0.125 0.25 0.625 1 1.5 2.5 4 8: (l - r)/2 with l the half-gap toward zero,
     r the half-gap away from zero (0 at either end); the zero bin [-0.125, 0.0625] gives -(a^2 + b^2) / (2 (a + b))."""
-    spec = tmp_path / "asym.toml"
-    spec.write_text('name = "asym"\nblock = { shape = [16] }\nscale = "fp32"\n[scale_rule]\nmethod = "amax"\n'
-                    '[element]\nkind = "table"\nbits = 4\nvalues = [0.0, 0.125, 0.25, 0.625, 1.0, 1.5, 2.5, 4.0, 8.0, '
-                    '-0.25, -0.5, -1.0, -2.0, -3.0, -5.0, -6.0]\n')
-    code, out, _ = run(capsys, "show", str(spec), "--json")
-    rep = json.loads(out)
+    code, rep = _show_spec(capsys, tmp_path,
+                           'name = "asym"\nblock = { shape = [16] }\nscale = "fp32"\n[scale_rule]\nmethod = "amax"\n'
+                           '[element]\nkind = "table"\nbits = 4\nvalues = [0.0, 0.125, 0.25, 0.625, 1.0, 1.5, 2.5, '
+                           '4.0, 8.0, -0.25, -0.5, -1.0, -2.0, -3.0, -5.0, -6.0]\n')
     got = dict(zip(rep["levels"], rep["level_bias"]))
     assert code == 0
     assert got[-6.0] == 0.25 and got[-5.0] == 0.25 and got[-3.0] == -0.25  # -5: l = 1, r = 0.5
@@ -92,12 +98,10 @@ def test_show_accepts_spec_file_path(capsys, tmp_path):
 
 
 def test_show_names_an_unnamed_grid_and_scale_from_their_fields(capsys, tmp_path):
-    spec = tmp_path / "g.toml"
-    spec.write_text('name = "g"\nblock = { shape = [16] }\ntensor_scale = "amax"\n[scale_rule]\nmethod = "amax"\n'
-                    '[element]\nkind = "int"\nrange = "twos_complement"\n'
-                    '[scale]\nkind = "float"\nexponent_bits = 3\nmantissa_bits = 2\n')
-    code, out, _ = run(capsys, "show", str(spec), "--json")
-    rep = json.loads(out)
+    code, rep = _show_spec(capsys, tmp_path,
+                           'name = "g"\nblock = { shape = [16] }\ntensor_scale = "amax"\n[scale_rule]\n'
+                           'method = "amax"\n[element]\nkind = "int"\nrange = "twos_complement"\n'
+                           '[scale]\nkind = "float"\nexponent_bits = 3\nmantissa_bits = 2\n')
     assert code == 0 and (rep["element"], rep["scale"]) == ("int4", "ue3m2")  # not "int" and "float"
 
 

@@ -132,32 +132,39 @@ def _plain(child: torch.nn.Linear) -> torch.nn.Linear:
     return plain
 
 
+def _quant_layers(model: Any, where: str) -> dict[str, QuantLinear]:
+    """Every ``QuantLinear`` of ``model`` by qualified name as ``quantize_model`` names layers (a layer used twice
+    under its first name)."""
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{where}: model must be a torch.nn.Module, got {type(model).__name__}")
+    return {_model_name(model, path): m for path, m in model.named_modules() if isinstance(m, QuantLinear)}
+
+
+def _listed(names: list[str]) -> str:
+    """At most five names, then an ellipsis."""
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+
+
 def layer_steps(model: torch.nn.Module) -> dict[str, int]:
     """The step of every ``QuantLinear`` of ``model`` (``QuantLinear.step``: backward passes that drew
-    stochastic-rounding bits), by qualified name as ``quantize_model`` names layers (a layer used twice under its
-    first name). Save it beside ``state_dict`` to resume training with the random streams where they were; reading
-    it waits for the device."""
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(f"layer_steps: model must be a torch.nn.Module, got {type(model).__name__}")
-    return {_model_name(model, path): m.step for path, m in model.named_modules() if isinstance(m, QuantLinear)}
+    stochastic-rounding bits), by qualified name. Save it beside ``state_dict`` to resume training with the random
+    streams where they were; reading it waits for the device."""
+    return {name: m.step for name, m in _quant_layers(model, "layer_steps").items()}
 
 
 def set_layer_steps(model: torch.nn.Module, steps: dict[str, int]) -> None:
     """Set the step of every ``QuantLinear`` of ``model`` from ``steps`` (as ``layer_steps`` gives it, e.g. from a
     checkpoint). Like ``load_state_dict(strict=True)``, a layer missing from ``steps`` or a name that is no
     QuantLinear of the model is an error, and nothing is set then."""
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(f"set_layer_steps: model must be a torch.nn.Module, got {type(model).__name__}")
+    layers = _quant_layers(model, "set_layer_steps")
     if not isinstance(steps, dict):
         raise InputError(f"set_layer_steps: steps must be a dict of layer name -> step, got {type(steps).__name__}")
-    layers = {_model_name(model, path): m for path, m in model.named_modules() if isinstance(m, QuantLinear)}
     missing = sorted(set(layers) - set(steps))
     unknown = sorted(str(n) for n in set(steps) - set(layers))
-    if missing or unknown:
-        parts = ([f"no step for {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"] if missing else []) + \
-                ([f"no QuantLinear named {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}"]
-                 if unknown else [])
-        raise InputError(f"set_layer_steps: {'; '.join(parts)}")
+    problems = ([f"no step for {_listed(missing)}"] if missing else []) + \
+        ([f"no QuantLinear named {_listed(unknown)}"] if unknown else [])
+    if problems:
+        raise InputError(f"set_layer_steps: {'; '.join(problems)}")
     checked = {name: check_step(f"set_layer_steps: layer '{name}'", steps[name]) for name in layers}  # all first
     for name, layer in layers.items():
         layer.step = checked[name]
