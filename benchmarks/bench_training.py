@@ -11,10 +11,10 @@
    each layer step, and ``nn.Linear``'s, as CUDA-graph replays (no host launch cost on either side: how a
    captured training step runs them).
 2. One whole training step (forward, backward, fused AdamW; fp32 master weights, bf16 autocast) of the study's
-   GPT model (``--model``: its sizes, or ``user-1024`` / ``user-2048``, GPTs as users write them), in tokens/s
-   against the same model with bf16 ``nn.Linear`` layers run the same way: eagerly, as a hand-made CUDA graph, or
-   under ``torch.compile(fullgraph=True)`` in its "default", "reduce-overhead" and "max-autotune" modes
-   (``--modes``), with graph breaks and recompiles counted.
+   GPT model (``--model``: its sizes, or ``user-1024`` / ``user-2048`` / ``user-4096``, GPTs as users write
+   them), in tokens/s against the same model with bf16 ``nn.Linear`` layers run the same way: eagerly, as a
+   hand-made CUDA graph, or under ``torch.compile(fullgraph=True)`` in its "default", "reduce-overhead" and
+   "max-autotune" modes (``--modes``), with graph breaks and recompiles counted.
 
     python benchmarks/bench_training.py --shapes '' --model user-1024 user-2048 \
         --modes eager default reduce-overhead --json compile.json
@@ -168,9 +168,11 @@ def bench_linear(tokens: int, k: int, n: int, recipes: list[str], iters: int, re
 
 
 # whole-model shapes: the study's sizes, and a GPT as users write one (d_model 1024 x 8 blocks at 16 x 1024 tokens,
-# d_model 2048 x 4 blocks at 8 x 1024), each with its default batch (sequences per step)
+# d_model 2048 x 4 blocks at 8 x 1024, d_model 4096 x 2 blocks at 8 x 1024: the width of 7B-parameter models),
+# each with its default batch (sequences per step)
 USER_MODELS = {"user-1024": (dict(d_model=1024, layers=8, heads=16, ffn=2816, seq_len=1024), 16),
-               "user-2048": (dict(d_model=2048, layers=4, heads=16, ffn=5632, seq_len=1024), 8)}
+               "user-2048": (dict(d_model=2048, layers=4, heads=16, ffn=5632, seq_len=1024), 8),
+               "user-4096": (dict(d_model=4096, layers=2, heads=32, ffn=11008, seq_len=1024), 8)}
 MODES = ("eager", "graph", "default", "reduce-overhead", "max-autotune")
 
 
