@@ -785,6 +785,32 @@ def test_pack_a_slice_and_run_only_what_is_missing(tmp_path, corpus_dir):
     assert a["gaps"] == b["gaps"] and a["paired"] == b["paired"] and len(a["gaps"]) == 2
 
 
+def test_runs_csv_names_the_device_of_each_run(tmp_path, corpus_dir):
+    """runs.csv's device: the run's done.json names it; a pack written before done.json did takes its slice.json's
+    (plain or compressed); neither: empty."""
+    import gzip
+
+    from fp4lab.study import pack
+
+    runs, done = _two_runs(tmp_path, corpus_dir)
+    got = summary.summarize(tmp_path / "runs", tmp_path / "s0", plots=False)
+    assert [r["device"] for r in got["runs"]] == ["cpu", "cpu"]
+    paths = pack.pack_slice(done, tmp_path / "packs" / "a", {"device": "NVIDIA H100 80GB HBM3"})
+    records = [json.loads(line) for line in paths[0].read_text().splitlines()]
+    for rec in records:
+        del rec["done"]["device"]
+    paths[0].write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    got = summary.summarize(tmp_path / "packs", tmp_path / "s1", plots=False)
+    assert [r["device"] for r in got["runs"]] == ["NVIDIA H100 80GB HBM3"] * 2
+    paths[1].with_suffix(".json.gz").write_bytes(gzip.compress(paths[1].read_bytes()))
+    paths[1].unlink()
+    assert pack.slice_device(str(paths[0])) == "NVIDIA H100 80GB HBM3"
+    (paths[1].parent / "slice.json.gz").unlink()
+    got = summary.summarize(tmp_path / "packs", tmp_path / "s2", plots=False)
+    assert [r["device"] for r in got["runs"]] == ["", ""]
+    assert "device" in (tmp_path / "s2" / "runs.csv").read_text().splitlines()[0].split(",")
+
+
 def test_packs_of_another_code_version_or_settings_are_refused(tmp_path, corpus_dir, monkeypatch):
     from fp4lab.study import pack
 

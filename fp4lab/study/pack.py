@@ -11,9 +11,9 @@ gone after the slice (and its run folders with it) hands back everything the sum
 
 A pack kept for good may be gzip-compressed (``runs.jsonl.gz``, ``slice.json.gz``: ``gzip -n``; the study's
 packs in docs/results are). ``load_packs(root)`` reads every ``runs.jsonl`` and ``runs.jsonl.gz`` under
-``root``; ``done_runs(records, runs)`` gives the finished
-runs of a plan found there, refusing packs of another code version, packs whose settings differ from the plan,
-and a run packed twice (a rerun never replaces a finished run silently).
+``root``, and ``slice_device(runs_file)`` the GPU that the ``slice.json`` beside one names; ``done_runs(records,
+runs)`` gives the finished runs of a plan found there, refusing packs of another code version, packs whose
+settings differ from the plan, and a run packed twice (a rerun never replaces a finished run silently).
 """
 
 from __future__ import annotations
@@ -42,6 +42,21 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError, OSError) as exc:
         raise InputError(f"pack: {path} is not readable JSON ({str(exc).splitlines()[0][:100]})") from None
+
+
+def slice_device(runs_file: str) -> str:
+    """The ``device`` that the ``slice.json`` (or ``slice.json.gz``) beside a pack's runs file names; "" if there
+    is none, or it names none."""
+    folder = Path(runs_file).parent
+    for name in (SLICE, SLICE + ".gz"):
+        path = folder / name
+        if path.is_file():
+            try:
+                info = json.loads(gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes())
+            except (ValueError, RecursionError, OSError, EOFError, zlib.error) as exc:
+                raise InputError(f"pack: {path} is not readable JSON ({type(exc).__name__})") from None
+            return str(info.get("device") or "") if isinstance(info, dict) else ""
+    return ""
 
 
 def record(run: Any, status: str) -> dict[str, Any] | None:

@@ -32,7 +32,8 @@ negative control differs from its baseline only in the data order). Repeats (``r
 ``repeats.csv`` says, for each, whether its logged losses equal those of its run bit for bit.
 
 Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean training throughput of a run's
-evaluation intervals after the first, which holds the kernels' compilation), ``gaps.csv``, ``paired.csv``,
+evaluation intervals after the first, which holds the kernels' compilation, and ``device``, the GPU that trained
+it: from its ``done.json``, else from its pack's ``slice.json``; empty if neither says), ``gaps.csv``, ``paired.csv``,
 ``alpha.csv`` (per run, the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM),
 ``repeats.csv``, ``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with
 matplotlib, ``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
@@ -58,7 +59,7 @@ from fp4lab.study.stats import detectable_difference, holm, mean_se, seeds_neede
 METRICS: tuple[str, ...] = ("train", "heldout")
 RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
                "final_heldout", "window_train", "window_heldout", "gap_train", "gap_heldout", "tokens_per_s",
-               "elapsed_s", "folder")
+               "elapsed_s", "device", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "ci_low", "ci_high", "p", "p_holm",
                 "seeds_needed", "detectable", "seeds", "diffs")
@@ -83,6 +84,7 @@ class RunLog:
     alpha: list[dict[str, Any]]   # alpha.csv rows of the last diagnostic step
     replica: int = 0
     status: str = ""
+    device: str = ""              # the GPU's name (``RUN_COLUMNS``), "" if no record says
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -106,7 +108,8 @@ def _run_log(where: str | Path, cfg: Any, ident: Any, params: Any, done: Any, ro
         name = cfg.get("label") or tomllib.loads(ident["recipe_toml"])["name"]
         log = RunLog(where, str(cfg["size"]), str(name), int(cfg["seed"]), isinstance(done, dict), int(params or 0),
                      ident, list(rows), None if not isinstance(done, dict) else done.get("elapsed_s"), list(alpha),
-                     int(cfg.get("replica", 0)), status)
+                     int(cfg.get("replica", 0)), status,
+                     str(done.get("device") or "") if isinstance(done, dict) else "")
         for r in log.rows:
             int(r["step"]), float(r["train_loss"]), float(r["heldout_loss"]), int(r["tokens"])
     except (KeyError, TypeError, ValueError, AttributeError, tomllib.TOMLDecodeError) as exc:
@@ -146,9 +149,15 @@ def load_runs(root: str | Path, code_version: str | None = None) -> list[RunLog]
     if not base.is_dir():
         raise InputError(f"summarize: {base} is not a directory")
     runs = [_folder_run(p) for p in sorted(base.rglob("config.json"))]
+    devices: dict[str, str] = {}  # runs file -> the device its slice.json names
     for where, rec in pack.load_packs(base):
-        runs.append(_run_log(where, rec["config"], rec["identity"], rec.get("params"), rec.get("done"), rec["rows"],
-                             rec.get("alpha") or [], str(rec["status"])))
+        log = _run_log(where, rec["config"], rec["identity"], rec.get("params"), rec.get("done"), rec["rows"],
+                       rec.get("alpha") or [], str(rec["status"]))
+        runs_file = where.rsplit(":", 1)[0]
+        if runs_file not in devices:
+            devices[runs_file] = pack.slice_device(runs_file)
+        log.device = log.device or devices[runs_file]
+        runs.append(log)
     if code_version is not None:
         runs = [r for r in runs if r.code_version == code_version]
     seen: dict[tuple, RunLog] = {}
@@ -292,7 +301,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                "tokens_per_s": sum(speeds) / len(speeds) if speeds else None,
                "status": "done" if r.done else (r.status or "partial"),
                "params": r.params, "steps": r.rows[-1]["step"] if r.rows else 0,
-               "tokens": r.rows[-1]["tokens"] if r.rows else 0, "elapsed_s": r.elapsed_s, "folder": str(r.folder)}
+               "tokens": r.rows[-1]["tokens"] if r.rows else 0, "elapsed_s": r.elapsed_s, "device": r.device,
+               "folder": str(r.folder)}
         for m in METRICS:
             loss = r.loss(m)
             row[f"final_{m}"] = loss[-1] if loss else None

@@ -25,8 +25,9 @@ Files in the run folder ``cfg.out``:
 * ``diverged.json``: written instead of a checkpoint when the training loss of an interval is not finite (the
   step and the loss); the run stops with a ``DivergedError`` and is never resumed or marked done;
 * ``.lock``: held (``fcntl.flock``) by the process training the run (``fp4lab.study.runfolder``);
-* ``done.json``: written when the run has finished: the final row, the wall time, the code version and
-  ``deterministic`` (true iff every session of the run ran with ``deterministic = True``); for FP8 recipes also
+* ``done.json``: written when the run has finished: the final row, the wall time, the code version,
+  ``deterministic`` (true iff every session of the run ran with ``deterministic = True``) and ``device`` (the
+  name of the GPU that finished it, ``torch.cuda.get_device_name``, or "cpu"); for FP8 recipes also
   ``fp8_rows``, per GEMM the operand rows
   converted to E4M3 and those that took the bf16 path, over the block linears and the steps (evaluation forwards
   included) of the process that finished the run.
@@ -458,7 +459,8 @@ def _train_locked(cfg: TrainConfig, deadline: float | None, stop_at: int | None,
         write_json(run / "done.json", {"step": step, "final": logs.rows[-1] if logs.rows else None,
                                        "elapsed_s": loop.elapsed(), "code_version": code_version(),
                                        "deterministic": loop.deterministic,
-                                       **({"fp8_rows": fp8} if fp8 else {})})
+                                       "device": torch.cuda.get_device_name(device) if device.type == "cuda"
+                                       else device.type, **({"fp8_rows": fp8} if fp8 else {})})
         if not cfg.keep_checkpoint:
             (run / "checkpoint.pt").unlink()
     par.barrier()  # rank 0's files are written before any rank looks at the run folder again
