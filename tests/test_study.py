@@ -1135,8 +1135,12 @@ def test_compare_packs_finds_any_changed_loss(tmp_path, capsys):
     rows = script["compare"](str(tmp_path / "probe"), str(old))
     assert [r["differ"] for r in rows].count(1) == 1 and sum(r["differ"] for r in rows) == 1
     assert all(r["rows"] == 10 and r["last_step"] == 500 for r in rows)
+    changed = next(r for r in rows if r["differ"])  # one ulp of a loss near 1: a relative 2^-52 to 2^-53
+    assert 2.0 ** -54 < changed["max_rel_diff"] <= 2.0 ** -52 and changed["last_rel_diff"] == 0.0
+    assert all(r["max_rel_diff"] == 0.0 for r in rows if not r["differ"])
     assert script["main"]([str(tmp_path / "probe"), str(old)]) == 1
-    assert "1 rows differ" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 rows differ" in out and "1 differ (by up to " in out and "e-16 relative" in out
     for r in recs:  # runs that failed before their first row: nothing compared is a failure too
         r["status"], r["rows"] = "failed", []
     (tmp_path / "probe" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
