@@ -32,9 +32,9 @@ def _runs(root: str) -> dict[tuple[str, int, bool], dict[str, Any]]:
     return {(rec["label"], int(rec["seed"]), bool(rec["repeat"])): rec for _, rec in pack.load_packs(root)}
 
 
-def _rel(ra: dict[int, Any], rb: dict[int, Any], step: int) -> float:
-    """|new - old| / |old| of the training loss at ``step``."""
-    return abs(float(ra[step]["train_loss"]) - float(rb[step]["train_loss"])) / abs(float(rb[step]["train_loss"]))
+def _rel(new: dict[str, Any], old: dict[str, Any], column: str) -> float:
+    """|new - old| / |old| of one column of two logged rows."""
+    return abs(float(new[column]) - float(old[column])) / abs(float(old[column]))
 
 
 def compare(new: str, old: str) -> list[dict[str, Any]]:
@@ -46,14 +46,14 @@ def compare(new: str, old: str) -> list[dict[str, Any]]:
         rb = {int(r["step"]): r for r in b[key]["rows"]}
         steps = sorted(set(ra) & set(rb))
         differ = sum(any(ra[s][c] != rb[s][c] for c in COMPARED) for s in steps)
-        rel = [abs(float(ra[s][c]) - float(rb[s][c])) / abs(float(rb[s][c])) for s in steps for c in LOSSES]
+        rel = [_rel(ra[s], rb[s], c) for s in steps for c in LOSSES]
         speed = [(float(ra[s]["tokens_per_s"]), float(rb[s]["tokens_per_s"])) for s in steps[1:]]
         na = sum(x for x, _ in speed) / len(speed) if speed else None
         nb = sum(y for _, y in speed) / len(speed) if speed else None
         out.append({"label": key[0], "seed": key[1], "repeat": key[2], "rows": len(steps), "differ": differ,
                     "last_step": steps[-1] if steps else None, "max_rel_diff": max(rel) if rel else None,
-                    "last_rel_diff": _rel(ra, rb, steps[-1]) if steps else None, "new_tokens_per_s": na,
-                    "old_tokens_per_s": nb, "ratio": na / nb if na and nb else None})
+                    "last_rel_diff": _rel(ra[steps[-1]], rb[steps[-1]], "train_loss") if steps else None,
+                    "new_tokens_per_s": na, "old_tokens_per_s": nb, "ratio": na / nb if na and nb else None})
     return out
 
 
