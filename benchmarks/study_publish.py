@@ -4,7 +4,8 @@
 
 Each SLICE (a slice's ``$OUT/slice`` folder as fetched from the GPU: ``runs.jsonl`` and ``slice.json``) is copied
 to the next free ``PACKS/slice-NN`` and both files are gzip-compressed there (the packs are the study's data: a
-pack is never overwritten). Then the two ``summarize`` calls of docs/study.md ("Tests, fixed in advance") run on
+pack is never overwritten, and slices holding a finished run that a pack or another of them holds finished are
+refused before anything is copied). Then the two ``summarize`` calls of docs/study.md ("Tests, fixed in advance") run on
 all packs: ``CONFIRMATORY`` into docs/results/study (the four tests, Holm's correction, plots) and ``SECONDARY``
 into docs/results/study-secondary (controls, exploratory contrasts, the loss-drop timing), which keeps only the
 files ``SECONDARY_KEEP`` names. Last it prints the interim tables of docs/results/study/README.md (each recipe's
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fp4lab.errors import Fp4labError, InputError
+from fp4lab.study.pack import load_packs
 from fp4lab.study.stats import t_quantile
 from fp4lab.study.summary import summarize
 
@@ -41,12 +43,23 @@ PACK_FILES = ("runs.jsonl", "slice.json")
 
 
 def add_slices(slices: list[str], packs: Path) -> list[Path]:
-    """Copy each slice folder to the next ``packs/slice-NN`` and gzip its files (``gzip -n``: no name, no time)."""
+    """Copy each slice folder to the next ``packs/slice-NN`` and gzip its files (``gzip -n``: no name, no time).
+    Every slice is checked before any is copied: both files present, its runs packed records, and none of its
+    finished runs finished in a pack already or in another of the slices (a slice fetched twice, or one that ran
+    again because its pack was not yet among the packs it was given)."""
     numbers = [int(m.group(1)) for p in packs.iterdir() if (m := re.fullmatch(r"slice-(\d+)", p.name))]
-    for src in map(Path, slices):  # every slice checked before any is copied
+    finished = {rec["label"]: where for where, rec in load_packs(packs) if rec["status"] == "done"}
+    for src in map(Path, slices):
         missing = [f for f in PACK_FILES if not (src / f).is_file()]
         if missing:
             raise InputError(f"study_publish: {src} is not a slice's pack (no {', '.join(missing)})")
+        for where, rec in load_packs(src / PACK_FILES[0]):
+            if rec["status"] != "done":
+                continue
+            if rec["label"] in finished:
+                raise InputError(f"study_publish: {rec['label']} is finished in both {finished[rec['label']]} and "
+                                 f"{where}; nothing was added (a rerun never replaces a result silently)")
+            finished[rec["label"]] = where
     added = []
     for n, src in enumerate(map(Path, slices), start=max(numbers, default=0) + 1):
         dest = packs / f"slice-{n:02d}"

@@ -663,6 +663,16 @@ def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
         assert rec["config"]["lr"] == run.cfg.lr and rec["config"]["steps"] == run.cfg.steps, where
 
 
+def _slice_folder(folder: Path, runs: list[tuple[str, str]]) -> str:
+    """A fetched slice's folder holding a packed record of each (label, status)."""
+    folder.mkdir(parents=True)
+    recs = [{"label": label, "size": "s", "recipe": "r", "seed": 0, "repeat": False, "status": status,
+             "config": {}, "identity": {}, "rows": []} for label, status in runs]
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (folder / "slice.json").write_text("{}")
+    return str(folder)
+
+
 def test_publish_adds_slices_as_new_compressed_packs(tmp_path):
     """study_publish.add_slices: the next slice numbers, gzip files that unpack to the slice's own bytes, and a
     folder that is not a slice's pack is refused before anything is written."""
@@ -671,20 +681,32 @@ def test_publish_adds_slices_as_new_compressed_packs(tmp_path):
     publish = runpy.run_path(str(PUBLISH))
     packs = tmp_path / "packs"
     (packs / "slice-03").mkdir(parents=True)
-    new = []
-    for i in range(2):
-        d = tmp_path / f"out{i}" / "slice"
-        d.mkdir(parents=True)
-        (d / "runs.jsonl").write_text(f'{{"run": {i}}}\n')
-        (d / "slice.json").write_text("{}")
-        new.append(str(d))
+    new = [_slice_folder(tmp_path / f"out{i}" / "slice", [(f"run{i}", "done")]) for i in range(2)]
     added = publish["add_slices"](new, packs)
     assert [p.name for p in added] == ["slice-04", "slice-05"]
-    assert gzip.open(packs / "slice-05" / "runs.jsonl.gz").read() == b'{"run": 1}\n'
+    assert gzip.open(packs / "slice-05" / "runs.jsonl.gz").read() == (Path(new[1]) / "runs.jsonl").read_bytes()
     assert (packs / "slice-04" / "slice.json.gz").read_bytes()[3] == 0  # no name in the header (gzip -n)
     with pytest.raises(InputError, match="not a slice's pack"):
-        publish["add_slices"]([new[0], str(tmp_path)], packs)
+        publish["add_slices"]([_slice_folder(tmp_path / "out2" / "slice", [("run2", "done")]), str(tmp_path)], packs)
     assert sorted(p.name for p in packs.iterdir()) == ["slice-03", "slice-04", "slice-05"]
+
+
+def test_publish_refuses_a_finished_run_twice_before_adding_anything(tmp_path):
+    """A slice whose finished run is finished in a pack already, or in another slice of the same call, is refused
+    with both places named, and no slice of the call is added; partial runs may repeat (the next slice reruns
+    them)."""
+    publish = runpy.run_path(str(PUBLISH))
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    publish["add_slices"]([_slice_folder(tmp_path / "a", [("run0", "done"), ("run1", "partial")])], packs)
+    again = _slice_folder(tmp_path / "b", [("run0", "done")])
+    fresh = _slice_folder(tmp_path / "c", [("run2", "done"), ("run1", "done")])
+    with pytest.raises(InputError, match=r"run0 is finished in both .*slice-01.* and .*b/runs.jsonl:1"):
+        publish["add_slices"]([fresh, again], packs)
+    with pytest.raises(InputError, match="run2 is finished in both"):
+        publish["add_slices"]([fresh, fresh], packs)
+    assert sorted(p.name for p in packs.iterdir()) == ["slice-01"]
+    assert [p.name for p in publish["add_slices"]([fresh], packs)] == ["slice-02"]
 
 
 # ---- corpus streaming and python-packages -----------------------------------------------------------------------
