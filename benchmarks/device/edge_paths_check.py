@@ -4,9 +4,11 @@ rule), the decoded-range cap under directed rounding (rtp / rtm) of a grid whose
 huge scale, and float element grids with a negative exponent bias (decode by two exact multiplies). The formats are
 written as spec files and run through ``fp4lab.kernels.verify`` (quantize and fake-quant cases, every input kind,
 RHT off and 16) with the roundings rtne, sr, rtp and rtm, and the NaN formats also on tensors whose tiles are plain
-but for one NaN (``sparse_nan_outcomes``). Exit status 1 on any mismatch.
+but for one NaN (``sparse_nan_outcomes``). Exit status 1 on any mismatch. On a GPU the default 5e7 elements are
+360 cases of about 100 kernel variants, whose Triton compiles and numpy references take minutes in one process
+(one process did not finish 1e7 elements in 150 s on an H100): give ``--workers``.
 
-    python3 benchmarks/device/edge_paths_check.py --json out.json                       # on a GPU
+    python3 benchmarks/device/edge_paths_check.py --workers 15 --json out.json          # on a GPU
     TRITON_INTERPRET=1 python benchmarks/device/edge_paths_check.py --device interpreter --elements 2e4
 """
 
@@ -91,6 +93,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "interpreter"), default="cuda")
     ap.add_argument("--elements", type=float, default=5e7, help="about this many elements over all cases")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="processes for the planned cases (cuda only), each with its own context: the cases' "
+                         "Triton compiles and numpy references then run side by side")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -99,7 +104,7 @@ def main() -> None:
         device = "cpu" if args.device == "interpreter" else "cuda"
         cases = plan_cases(list(specs.values()), int(args.elements), roundings=ROUNDINGS,
                            interpreter=args.device == "interpreter")
-        outcomes = run_cases(cases, device, progress=False)
+        outcomes = run_cases(cases, device, workers=args.workers if device == "cuda" else 1, progress=False)
         outcomes += sparse_nan_outcomes(specs, device, 64 if args.device == "interpreter" else 4096)
         cases = [o.case for o in outcomes]
     rows, first = summarize(outcomes)
