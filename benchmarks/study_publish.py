@@ -38,7 +38,8 @@ SECONDARY: dict[str, Any] = dict(
     pairs=(("mxfp4", "e2m1-rht-wgrad"), ("nvfp4", "e2m1-rht-wgrad"), ("ufp4-e4m3", "e1m2-rht-all"),
            ("e1m2-rht-wgrad", "e2m1-rht-wgrad")),
     crossing_levels=(1.2, 1.1))
-SECONDARY_KEEP = ("gaps.csv", "paired.csv", "crossings.csv", "timing.csv", "summary.md", "README.md")
+SECONDARY_KEEP = ("gaps.csv", "paired.csv", "paired_by_device.csv", "crossings.csv", "timing.csv", "summary.md",
+                  "README.md")
 PACK_FILES = ("runs.jsonl", "slice.json")
 
 

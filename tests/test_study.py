@@ -649,11 +649,11 @@ def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
     publish = runpy.run_path(str(PUBLISH))
     monkeypatch.chdir(RESULTS.parent.parent)  # the folder column holds paths relative to the repository
     conf, sec = publish["summarize_study"]("docs/results/study/packs", (tmp_path / "c", tmp_path / "s"), plots=False)
-    for name in ("runs.csv", "gaps.csv", "paired.csv", "repeats.csv"):
+    for name in ("runs.csv", "gaps.csv", "paired.csv", "paired_by_device.csv", "repeats.csv"):
         assert (tmp_path / "c" / name).read_text() == (RESULTS / "study" / name).read_text(), name
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == \
         sorted(n for n in publish["SECONDARY_KEEP"] if n != "README.md")
-    for name in ("gaps.csv", "paired.csv", "crossings.csv", "timing.csv"):
+    for name in ("gaps.csv", "paired.csv", "paired_by_device.csv", "crossings.csv", "timing.csv"):
         assert (tmp_path / "s" / name).read_text() == (RESULTS / "study-secondary" / name).read_text(), name
     for row in publish["interim_tables"](conf, sec).splitlines()[2:6]:  # the README's table, best gap first
         assert row.startswith("| `") and row.endswith("] |"), row
@@ -831,6 +831,26 @@ def test_runs_csv_names_the_device_of_each_run(tmp_path, corpus_dir):
     got = summary.summarize(tmp_path / "packs", tmp_path / "s2", plots=False)
     assert [r["device"] for r in got["runs"]] == ["", ""]
     assert "device" in (tmp_path / "s2" / "runs.csv").read_text().splitlines()[0].split(",")
+    assert (tmp_path / "s2" / "paired_by_device.csv").read_text().splitlines() == [",".join(summary.BY_DEVICE_COLUMNS)]
+
+
+def test_paired_differences_split_by_the_gpu_of_each_seed():
+    """A seed's device is the one GPU of all runs of its difference and their baselines, else "mixed"; each
+    device's seeds get their own mean, SE and t-interval (none for one seed)."""
+    devices = {("s", "a", 0): "H200", ("s", "b", 0): "H200", ("s", "bf16", 0): "H200",
+               ("s", "a", 1): "H100", ("s", "b", 1): "H100", ("s", "bf16", 1): "H100",
+               ("s", "a", 2): "H100", ("s", "b", 2): "H100", ("s", "bf16", 2): "H100",
+               ("s", "a", 3): "H100", ("s", "b", 3): "H200", ("s", "bf16", 3): "H200",
+               ("s", "a", 4): "", ("s", "b", 4): "H200"}
+    on = [summary.seed_device(devices, "s", ["a", "b", "bf16"], seed) for seed in range(5)]
+    assert on == ["H200", "H100", "H100", "mixed: H100 + H200", "mixed: ? + H200"]
+    rows = summary.split_by_device([0, 1, 2, 3], [1.0, 2.0, 4.0, -1.0], on[:4])
+    assert [(r["device"], r["n"], r["seeds"]) for r in rows] == \
+        [("H200", 1, "0"), ("H100", 2, "1 2"), ("mixed: H100 + H200", 1, "3")]
+    h100 = rows[1]
+    assert h100["mean"] == 3.0 and h100["se"] == 1.0
+    assert h100["ci_high"] - h100["mean"] == pytest.approx(12.7062047, rel=1e-6)  # t(0.975, 1)
+    assert math.isnan(rows[0]["ci_low"]) and math.isnan(rows[0]["se"])
 
 
 def test_packs_of_another_code_version_or_settings_are_refused(tmp_path, corpus_dir, monkeypatch):

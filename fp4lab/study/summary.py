@@ -19,7 +19,10 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
 * for each paired difference: the 95% confidence interval ``mean ± t(0.975, n - 1) * SE``, the two-sided p-value
   of the paired t-test (``t = mean / SE``, Student's t with n - 1 degrees of freedom), and ``p_holm``, Holm's
   step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
-  the summary; held-out rows get no adjusted p-value.
+  the summary; held-out rows get no adjusted p-value;
+* where a difference's seeds trained on more than one GPU: the same mean, SE and 95% CI over the seeds of each
+  GPU (a seed's device: the one GPU that trained all runs of its difference and their baseline runs, else
+  ``mixed: <GPUs>``), a sensitivity check without tests.
 
 Runs are read from run folders (``config.json``) and from packed slices (``runs.jsonl`` or ``runs.jsonl.gz``,
 ``fp4lab.study.pack``) under ``root``. A run's name in the tables is its label (``TrainConfig.label``, default the
@@ -34,9 +37,10 @@ negative control differs from its baseline only in the data order). Repeats (``r
 Files written into ``dest``: ``runs.csv`` (with ``tokens_per_s``, the mean training throughput of a run's
 evaluation intervals after the first, which holds the kernels' compilation, and ``device``, the GPU that trained
 it: from its ``done.json``, else from its pack's ``slice.json``; empty if neither says), ``gaps.csv``, ``paired.csv``,
-``alpha.csv`` (per run, the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM),
-``repeats.csv``, ``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with
-matplotlib, ``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
+``paired_by_device.csv`` (the split by GPU; header only where every seed ran on one), ``alpha.csv`` (per run,
+the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``repeats.csv``,
+``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with matplotlib,
+``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
 ``crossings.csv`` and ``timing.csv`` (``fp4lab.study.crossings``: when each run reaches each loss level, and how
 much of the final gap that timing explains).
 """
@@ -65,6 +69,7 @@ PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "
                 "seeds_needed", "detectable", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
 REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
+BY_DEVICE_COLUMNS = ("size", "a", "b", "metric", "device", "n", "mean", "se", "ci_low", "ci_high", "seeds", "diffs")
 UNPAIRED_FIELDS = frozenset({"recipe_toml", "data_order"})
 
 
@@ -317,7 +322,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         mean, se, n = mean_se(list(per_seed.values()))
         gap_rows.append({"size": size, "params": params[size], "recipe": recipe, "metric": m, "n": n, "mean": mean,
                          "sd": se * math.sqrt(n), "se": se})
-    pair_rows = []
+    pair_rows, device_rows = [], []
+    devices = {(r.size, r.recipe, r.seed): r.device for r in runs if r.done and not r.replica}
     for pair in pairs:
         terms = contrast_terms(pair)
         a, b = (pair[0], pair[1]) if len(pair) == 2 else (f"({pair[0]} − {pair[1]})", f"({pair[2]} − {pair[3]})")
@@ -339,6 +345,10 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                                   "detectable": detectable_difference(sd, planned_seeds or n, alpha),
                                   "seeds": " ".join(map(str, seeds)),
                                   "diffs": " ".join(f"{d:.6g}" for d in diffs)})
+                on = [seed_device(devices, size, [name for name, _ in terms] + [baseline], s) for s in seeds]
+                if len(set(on)) > 1:
+                    device_rows += [{"size": size, "a": a, "b": b, "metric": m, **row}
+                                    for row in split_by_device(seeds, diffs, on)]
     primary = [p for p in pair_rows if p["metric"] == "train" and not math.isnan(p["p"])]
     for p, adjusted in zip(primary, holm([p["p"] for p in primary])):
         p["p_holm"] = adjusted
@@ -346,13 +356,15 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     write_csv(out / "runs.csv", RUN_COLUMNS, run_rows)
     write_csv(out / "gaps.csv", GAP_COLUMNS, gap_rows)
     write_csv(out / "paired.csv", PAIR_COLUMNS, pair_rows)
+    write_csv(out / "paired_by_device.csv", BY_DEVICE_COLUMNS, device_rows)
     write_csv(out / "alpha.csv", ALPHA_COLUMNS, alpha_rows)
     repeat_rows = repeats(runs)
     write_csv(out / "repeats.csv", REPEAT_COLUMNS, repeat_rows)
     summary = {"window": window, "window_steps": window_steps, "baseline": baseline, "delta": delta,
                "test_level": alpha, "planned_seeds": planned_seeds, "code_version": runs[0].code_version,
                "runs": run_rows, "gaps": gap_rows,
-               "paired": pair_rows, "alpha": alpha_rows, "repeats": repeat_rows, "notes": notes}
+               "paired": pair_rows, "paired_by_device": device_rows, "alpha": alpha_rows, "repeats": repeat_rows,
+               "notes": notes}
     if levels:
         summary["crossings"] = crossings.crossing_rows(runs, gap, levels, baseline_runs(runs, baseline))
         summary["timing"] = crossings.timing_rows(summary["crossings"])
@@ -367,6 +379,27 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         if len(params) > 1:  # a gap against size needs two sizes
             plotting.gap_vs_size(gap_rows, out / "gap_vs_size.png")
     return summary
+
+
+def seed_device(devices: dict[tuple[str, str, int], str], size: str, labels: list[str], seed: int) -> str:
+    """The GPU that trained every run of ``labels`` at ``size`` and ``seed`` (``devices``: (size, label, seed) ->
+    device), or ``mixed: <GPUs>`` when they differ ("?" for a run that names none)."""
+    on = sorted({devices.get((size, name, seed)) or "?" for name in labels})
+    return on[0] if len(on) == 1 else "mixed: " + " + ".join(on)
+
+
+def split_by_device(seeds: list[int], diffs: list[float], on: list[str]) -> list[dict[str, Any]]:
+    """Mean, SE and 95% CI of the paired differences ``diffs`` over the seeds of each device in ``on`` (one
+    device per seed), in order of first appearance."""
+    rows = []
+    for device in dict.fromkeys(on):
+        mine = [(s, d) for s, d, o in zip(seeds, diffs, on) if o == device]
+        mean, se, n = mean_se([d for _, d in mine])
+        half = t_quantile(0.975, n - 1) * se if n >= 2 and se > 0 else math.nan
+        rows.append({"device": device, "n": n, "mean": mean, "se": se, "ci_low": mean - half,
+                     "ci_high": mean + half, "seeds": " ".join(str(s) for s, _ in mine),
+                     "diffs": " ".join(f"{d:.6g}" for _, d in mine)})
+    return rows
 
 
 def _num(v: float | None) -> str:
@@ -403,6 +436,15 @@ def markdown(summary: dict[str, Any]) -> str:
                      f"{ci} | {_num(p['p'])} | {_num(p['p_holm'])} | {_num(p['sd'])} | "
                      f"{p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | "
                      f"{_num(p.get('detectable'))} | {p['diffs']} |")
+    split = [p for p in summary.get("paired_by_device", []) if p["metric"] == "train"]
+    if split:
+        lines += ["", "The training-loss differences over the seeds of each GPU (a sensitivity check, no test): "
+                  "mean ± SE and 95% confidence interval.", "",
+                  "| size | A − B | device | n | mean ± SE | 95% CI | seeds |", "|---|---|---|---|---|---|---|"]
+        for p in split:
+            ci = f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]" if math.isfinite(p["ci_low"]) else "-"
+            lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['device']} | {p['n']} | "
+                         f"{_pm(p['mean'], p['se'])} | {ci} | {p['seeds']} |")
     if summary["repeats"]:
         lines += ["", "Repeated runs (bit-identity check).", "", "| size | recipe | seed | rows | identical | "
                   "max abs diff |", "|---|---|---|---|---|---|"]
