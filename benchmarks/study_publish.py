@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fp4lab.errors import Fp4labError, InputError
-from fp4lab.study.pack import load_packs
+from fp4lab.study.pack import finished, load_packs
 from fp4lab.study.stats import t_quantile
 from fp4lab.study.summary import summarize
 
@@ -49,18 +49,13 @@ def add_slices(slices: list[str], packs: Path) -> list[Path]:
     finished runs finished in a pack already or in another of the slices (a slice fetched twice, or one that ran
     again because its pack was not yet among the packs it was given)."""
     numbers = [int(m.group(1)) for p in packs.iterdir() if (m := re.fullmatch(r"slice-(\d+)", p.name))]
-    finished = {rec["label"]: where for where, rec in load_packs(packs) if rec["status"] == "done"}
+    records = load_packs(packs)
     for src in map(Path, slices):
         missing = [f for f in PACK_FILES if not (src / f).is_file()]
         if missing:
             raise InputError(f"study_publish: {src} is not a slice's pack (no {', '.join(missing)})")
-        for where, rec in load_packs(src / PACK_FILES[0]):
-            if rec["status"] != "done":
-                continue
-            if rec["label"] in finished:
-                raise InputError(f"study_publish: {rec['label']} is finished in both {finished[rec['label']]} and "
-                                 f"{where}; nothing was added (a rerun never replaces a result silently)")
-            finished[rec["label"]] = where
+        records += load_packs(src / PACK_FILES[0])
+    finished(records)
     added = []
     for n, src in enumerate(map(Path, slices), start=max(numbers, default=0) + 1):
         dest = packs / f"slice-{n:02d}"

@@ -11,9 +11,10 @@ gone after the slice (and its run folders with it) hands back everything the sum
 
 A pack kept for good may be gzip-compressed (``runs.jsonl.gz``, ``slice.json.gz``: ``gzip -n``; the study's
 packs in docs/results are). ``load_packs(root)`` reads every ``runs.jsonl`` and ``runs.jsonl.gz`` under
-``root``, and ``slice_device(runs_file)`` the GPU that the ``slice.json`` beside one names; ``done_runs(records,
-runs)`` gives the finished runs of a plan found there, refusing packs of another code version, packs whose
-settings differ from the plan, and a run packed twice (a rerun never replaces a finished run silently).
+``root``, and ``slice_device(runs_file)`` the GPU that the ``slice.json`` beside one names; ``finished(records)``
+gives the finished runs among records, refusing a run finished twice; ``done_runs(records, runs)`` gives the
+finished runs of a plan found there, refusing besides packs of another code version and packs whose settings
+differ from the plan (a rerun never replaces a finished run silently).
 """
 
 from __future__ import annotations
@@ -134,6 +135,20 @@ def version_of(rec: dict[str, Any]) -> str:
     return str(rec["identity"].get("code_version", "unknown"))
 
 
+def finished(records: list[tuple[str, dict[str, Any]]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """{label: (where, record)} of the finished (``done``) records; InputError for a run finished in two records
+    (a rerun never replaces a finished run silently)."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for where, rec in records:
+        if rec["status"] != "done":
+            continue
+        if rec["label"] in found:
+            raise InputError(f"pack: {rec['label']} is finished in both {found[rec['label']][0]} and {where}; "
+                             "remove one")
+        found[rec["label"]] = (where, rec)
+    return found
+
+
 def done_runs(records: list[tuple[str, dict[str, Any]]], runs: list[Any],
               fingerprint: Callable[[Any], str] | None = None) -> dict[str, dict[str, Any]]:
     """{label: record} of the plan's ``runs`` that packs hold as done; InputError for a finished run packed twice,
@@ -141,17 +156,11 @@ def done_runs(records: list[tuple[str, dict[str, Any]]], runs: list[Any],
     ``fingerprint``: a run's configuration -> the fingerprint of its corpus here) one trained on another corpus."""
     planned = {r.label: r for r in runs}
     here = code_version()
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
-    for where, rec in records:
-        if rec["status"] != "done":
-            continue
+    found = finished(records)
+    for where, rec in found.values():
         if version_of(rec) != here:
             raise InputError(f"pack: {where} holds {rec['label']} of code version {version_of(rec)}; this code is "
                              f"{here}: one study, one code version (start a new results folder)")
-        if rec["label"] in found:
-            raise InputError(f"pack: {rec['label']} is finished in both {found[rec['label']][0]} and {where}; "
-                             "remove one")
-        found[rec["label"]] = (where, rec)
         run = planned.get(rec["label"])
         if run is None:
             continue

@@ -334,10 +334,9 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                 if not seeds:
                     continue
                 diffs = [sum(coef * g[s] for coef, g in per) for s in seeds]
-                mean, se, n = mean_se(diffs)
+                mean, se, n, half = mean_ci(diffs)
                 sd = se * math.sqrt(n)
                 ok = n >= 2 and se > 0
-                half = t_quantile(0.975, n - 1) * se if ok else math.nan
                 pair_rows.append({"size": size, "params": params[size], "a": a, "b": b, "metric": m, "n": n,
                                   "mean": mean, "sd": sd, "se": se, "ci_low": mean - half, "ci_high": mean + half,
                                   "p": t_two_sided_p(mean / se, n - 1) if ok else math.nan, "p_holm": math.nan,
@@ -381,6 +380,12 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
     return summary
 
 
+def mean_ci(values: list[float]) -> tuple[float, float, int, float]:
+    """(mean, SE, n, half-width of the 95% t-interval ``t(0.975, n - 1) * SE``; NaN below two values or SE 0)."""
+    mean, se, n = mean_se(values)
+    return mean, se, n, t_quantile(0.975, n - 1) * se if n >= 2 and se > 0 else math.nan
+
+
 def seed_device(devices: dict[tuple[str, str, int], str], size: str, labels: list[str], seed: int) -> str:
     """The GPU that trained every run of ``labels`` at ``size`` and ``seed`` (``devices``: (size, label, seed) ->
     device), or ``mixed: <GPUs>`` when they differ ("?" for a run that names none)."""
@@ -394,8 +399,7 @@ def split_by_device(seeds: list[int], diffs: list[float], on: list[str]) -> list
     rows = []
     for device in dict.fromkeys(on):
         mine = [(s, d) for s, d, o in zip(seeds, diffs, on) if o == device]
-        mean, se, n = mean_se([d for _, d in mine])
-        half = t_quantile(0.975, n - 1) * se if n >= 2 and se > 0 else math.nan
+        mean, se, n, half = mean_ci([d for _, d in mine])
         rows.append({"device": device, "n": n, "mean": mean, "se": se, "ci_low": mean - half,
                      "ci_high": mean + half, "seeds": " ".join(str(s) for s, _ in mine),
                      "diffs": " ".join(f"{d:.6g}" for _, d in mine)})
