@@ -113,6 +113,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_kernels.py::test_scale_overflow_saturates_and_zero_times_infinite_reciprocal": INTERP,
     "test_kernels.py::test_spec_file_grid_runs_without_new_kernel_code": INTERP,
     "test_kernels.py::test_swizzle_128x4_layout": INTERP,
+    "test_kernels.py::test_run_cases_logs_each_variant_and_keeps_the_case_order": INTERP,
     "test_kernels.py::test_verify_cli_interpreter": INTERP,
     "test_kernels.py::test_verify_compare_reports_first_mismatch": INTERP,
     "test_kernels.py::test_verify_fakequant_case_reports_first_mismatch": INTERP,

@@ -511,6 +511,38 @@ def test_verify_compare_reports_first_mismatch():
     assert np.array_equal(_bits(nan_a), _bits(nan_b))
 
 
+def test_verify_groups_cases_by_kernel_variant():
+    from fp4lab.kernels.verify import kernel_groups, plan_cases
+
+    cases = plan_cases(["mxfp4", "ufp4"], 200_000, interpreter=True)
+    groups = kernel_groups(cases)
+    assert sorted(i for g in groups for i in g) == list(range(len(cases)))  # a partition of the cases
+    variants = [{cases[i].variant for i in g} for g in groups]
+    assert all(len(v) == 1 for v in variants)  # one variant per group ...
+    assert len({v.pop() for v in variants}) == len(groups)  # ... and each variant in one group
+    sizes = [sum(cases[i].elements for i in g) for g in groups]
+    assert sizes == sorted(sizes, reverse=True) and max(len(g) for g in groups) > 1
+    a = Case("mxfp4", "sr", 16, -1, "random", 64, 256, 1)
+    b = Case("mxfp4", "sr", 16, -1, "adversarial", 128, 512, 2)
+    assert a.variant == b.variant and a.label(data=False) == b.label(data=False) == "mxfp4 sr rht=16 axis=-1 fp32"
+    assert Case("mxfp4", "rtne", 16, -1, "random", 64, 256, 1).variant != a.variant
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_cases_logs_each_variant_and_keeps_the_case_order(workers):
+    from fp4lab.kernels.verify import kernel_groups, run_cases
+
+    cases = [Case("ufp4", "rtne", None, -1, "random", 16, 64, 3), Case("mxfp4", "sr", 16, 0, "random", 32, 64, 4),
+             Case("ufp4", "rtne", None, -1, "adversarial", 16, 64, 5), Case("mxfp4", "sr", 16, 0, "edges", 32, 64, 6)]
+    lines: list[str] = []
+    outcomes = run_cases(cases, "cpu", workers=workers, progress=False, log=lines.append)
+    assert [o.case for o in outcomes] == cases and all(o.mismatches == 0 for o in outcomes)
+    assert len(lines) == len(kernel_groups(cases)) == 2
+    assert sorted(line.split("] ", 1)[1].split(":")[0] for line in lines) == [
+        "mxfp4 sr rht=16 axis=0 fp32", "ufp4 rtne rht=None axis=-1 fp32"]
+    assert all(": 2 cases, " in line and ", 0 mismatches, " in line for line in lines)
+
+
 def test_verify_cli_interpreter(tmp_path, capsys):
     import argparse
 

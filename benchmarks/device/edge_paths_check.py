@@ -6,7 +6,8 @@ written as spec files and run through ``fp4lab.kernels.verify`` (quantize and fa
 RHT off and 16) with the roundings rtne, sr, rtp and rtm, and the NaN formats also on tensors whose tiles are plain
 but for one NaN (``sparse_nan_outcomes``). Exit status 1 on any mismatch. On a GPU the default 5e7 elements are
 360 cases of about 100 kernel variants, whose Triton compiles and numpy references take minutes in one process
-(one process did not finish 1e7 elements in 150 s on an H100): give ``--workers``.
+(one process did not finish 1e7 elements in 150 s on an H100): give ``--workers``. A line per kernel variant as it
+finishes (its cases, mismatches and seconds) shows how far a run got that was cut off.
 
     python3 benchmarks/device/edge_paths_check.py --workers 15 --json out.json          # on a GPU
     TRITON_INTERPRET=1 python benchmarks/device/edge_paths_check.py --device interpreter --elements 2e4
@@ -104,8 +105,12 @@ def main() -> None:
         device = "cpu" if args.device == "interpreter" else "cuda"
         cases = plan_cases(list(specs.values()), int(args.elements), roundings=ROUNDINGS,
                            interpreter=args.device == "interpreter")
-        outcomes = run_cases(cases, device, workers=args.workers if device == "cuda" else 1, progress=False)
+        outcomes = run_cases(cases, device, workers=args.workers if device == "cuda" else 1, progress=False,
+                             log=lambda line: print(line.replace(tmp + "/", ""), flush=True))
+        t1 = time.perf_counter()
         outcomes += sparse_nan_outcomes(specs, device, 64 if args.device == "interpreter" else 4096)
+        print(f"sparse NaN tiles: {sum(o.mismatches for o in outcomes[len(cases):])} mismatches, "
+              f"{time.perf_counter() - t1:.1f} s", flush=True)
         cases = [o.case for o in outcomes]
     rows, first = summarize(outcomes)
     for row in rows:  # a spec file's name, not its temporary path

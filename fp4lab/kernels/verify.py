@@ -17,8 +17,11 @@ comparison is ``fp4lab.testing.bits.mismatch_mask`` with ``nan="any"``.
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,18 +63,24 @@ class Case:
         return self.rows * self.cols
 
     @property
+    def variant(self) -> "Case":
+        """The case without its data (input kind, shape, seed): cases with one variant run the same kernels."""
+        return replace(self, kind="", rows=0, cols=0, seed=0)
+
+    @property
     def group(self) -> str:
         """The summary row: the format, with " (fakequant)" for fake-quantize cases."""
         return self.fmt if self.op == "quantize" else f"{self.fmt} ({self.op})"
 
-    def label(self) -> str:
+    def label(self, data: bool = True) -> str:
+        """The case in one line; without ``data``, its variant's (no input kind, shape or seed)."""
+        shown = f" {self.kind} {self.rows}x{self.cols} seed={self.seed}" if data else ""
         if self.op == "fakequant":
-            return (f"fakequant {self.fmt} {self.rounding} sr_bits={self.sr_bits} rht={self.rht} {self.kind} "
-                    f"{self.rows}x{self.cols} seed={self.seed} {self.dtype} out={self.out_dtype} "
-                    f"apply_ts={self.apply_ts}" + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else ""))
+            return (f"fakequant {self.fmt} {self.rounding} sr_bits={self.sr_bits} rht={self.rht}{shown} "
+                    f"{self.dtype} out={self.out_dtype} apply_ts={self.apply_ts}"
+                    + (f" tile={self.tile[0]}x{self.tile[1]}" if self.tile else ""))
         sr = f" sr_bits={self.sr_bits}" if self.sr_bits != 24 else ""
-        return (f"{self.fmt} {self.rounding}{sr} rht={self.rht} axis={self.axis} {self.kind} "
-                f"{self.rows}x{self.cols} seed={self.seed} {self.dtype}")
+        return f"{self.fmt} {self.rounding}{sr} rht={self.rht} axis={self.axis}{shown} {self.dtype}"
 
 
 @dataclass
@@ -322,47 +331,63 @@ def run_case(case: Case, device: str) -> Outcome:
     return compare(case, got, (fakequant_reference_fields if fq else reference_fields)(case, x))
 
 
-def _worker(args: tuple[list[Case], str, Any]) -> list[Outcome]:
-    cases, device, queue = args
-    out = []
-    for c in cases:
-        out.append(run_case(c, device))
-        if queue is not None:
-            queue.put(c.elements)
-    return out
+def kernel_groups(cases: list[Case]) -> list[list[int]]:
+    """Indices of ``cases`` grouped by kernel variant (``Case.variant``), the group of most elements first: a
+    group runs in one process, so each variant's Triton compile happens once."""
+    groups: dict[Case, list[int]] = {}
+    for i, c in enumerate(cases):
+        groups.setdefault(c.variant, []).append(i)
+    return sorted(groups.values(), key=lambda g: -sum(cases[i].elements for i in g))
 
 
-def run_cases(cases: list[Case], device: str, workers: int = 1, progress: bool = True) -> list[Outcome]:
-    """Run every case (in ``workers`` processes when > 1, each with its own CUDA context)."""
+def _run_group(cases: list[Case], device: str) -> tuple[list[Outcome], float]:
+    t0 = time.perf_counter()
+    return [run_case(c, device) for c in cases], time.perf_counter() - t0
+
+
+def run_cases(cases: list[Case], device: str, workers: int = 1, progress: bool = True,
+              log: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Outcomes of every case, in case order. Cases run in groups of one kernel variant (``kernel_groups``): in
+    this process, or in ``workers`` processes (each with its own CUDA context) that each take the next group when
+    they finish one. ``progress``: a progress bar; ``log``: called with one line per group as it finishes (its
+    variant, cases, elements, mismatches and seconds), so a run cut off still shows how far it got."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    total = sum(c.elements for c in cases)
+    groups = kernel_groups(cases)
+    tasks = [[cases[i] for i in g] for g in groups]
+    run = functools.partial(_run_group, device=device)
+    outcomes: list[Outcome | None] = [None] * len(cases)
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*cols, disable=not progress, transient=False) as bar:
-        task = bar.add_task("verify (elements)", total=total)
-        if workers <= 1:
-            outcomes = []
-            for c in cases:
-                bar.update(task, description=f"verify {c.group} {c.rounding} rht={c.rht}")
-                outcomes.append(run_case(c, device))
-                bar.advance(task, c.elements)
-            return outcomes
-        import multiprocessing as mp
+        task = bar.add_task("verify (elements)", total=sum(c.elements for c in cases))
 
-        ctx = mp.get_context("spawn")
-        with ctx.Manager() as mgr:
-            q = mgr.Queue()
-            chunks = [cases[i::workers] for i in range(workers)]
-            with ctx.Pool(workers) as pool:
-                res = pool.map_async(_worker, [(ch, device, q) for ch in chunks])
-                while not res.ready():
-                    res.wait(0.5)
-                    while not q.empty():
-                        bar.advance(task, q.get())
-                outcomes = [o for part in res.get() for o in part]
-                while not q.empty():
-                    bar.advance(task, q.get())
-        return outcomes
+        def collect(done: int, group: list[int], result: tuple[list[Outcome], float]) -> None:
+            got, seconds = result
+            for i, o in zip(group, got):
+                outcomes[i] = o
+            n = sum(cases[i].elements for i in group)
+            bar.advance(task, n)
+            if log is not None:
+                bad = sum(o.mismatches for o in got)
+                log(f"[{done}/{len(groups)}] {cases[group[0]].label(data=False)}: {len(group)} cases, {n} elements, "
+                    f"{bad} mismatches, {seconds:.1f} s")
+
+        if workers <= 1:
+            for k, (group, t) in enumerate(zip(groups, tasks), 1):
+                collect(k, group, run(t))
+        else:
+            import multiprocessing as mp
+
+            with mp.get_context("spawn").Pool(workers) as pool:
+                order = pool.imap_unordered(_indexed, [(j, run, t) for j, t in enumerate(tasks)])
+                for k, (j, result) in enumerate(order, 1):
+                    collect(k, groups[j], result)
+    return outcomes  # type: ignore[return-value] (every index is filled)
+
+
+def _indexed(args: tuple[int, Callable, list[Case]]) -> tuple[int, Any]:
+    j, fn, task = args
+    return j, fn(task)
 
 
 def summarize(outcomes: list[Outcome]) -> tuple[list[dict[str, Any]], Outcome | None]:
