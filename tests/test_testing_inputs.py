@@ -149,6 +149,10 @@ def test_verify_kinds_have_their_properties():
         assert any((np.abs(k := row * 8 / 2.0**j) <= 96).all() and (k == np.round(k)).all() for j in range(-4, 5))
     g = make("gaussian_logscale", 2)
     assert np.isfinite(g).all() and (g != 0).all()
+    sparse = make_inputs("gaussian_sparse_nan", (40, 256), 7)
+    nan_rows, nan_cols = np.nonzero(np.isnan(sparse))
+    assert nan_rows.tolist() == [0, 16, 32] and len(set(nan_cols.tolist())) > 1  # one NaN in every 16th row
+    assert np.isfinite(np.delete(sparse, nan_rows * 256 + nan_cols)).all()
 
 
 def test_nan_payloads_kind_holds_the_stated_payloads():

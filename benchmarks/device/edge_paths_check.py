@@ -4,10 +4,12 @@ rule), the decoded-range cap under directed rounding (rtp / rtm) of a grid whose
 huge scale, and float element grids with a negative exponent bias (decode by two exact multiplies). The formats are
 written as spec files and run through ``fp4lab.kernels.verify`` (quantize and fake-quant cases, every input kind,
 RHT off and 16) with the roundings rtne, sr, rtp and rtm, and the NaN formats also on tensors whose tiles are plain
-but for one NaN (``sparse_nan_outcomes``). Exit status 1 on any mismatch. On a GPU the default 5e7 elements are
-360 cases of about 100 kernel variants, whose Triton compiles and numpy references take minutes in one process
-(one process did not finish 1e7 elements in 150 s on an H100): give ``--workers``. A line per kernel variant as it
-finishes (its cases, mismatches and seconds) shows how far a run got that was cut off.
+but for one NaN (``sparse_nan_cases``). Exit status 1 on any mismatch. On a GPU the default 5e7 elements are
+384 cases of 236 kernel variants (cases with one variant differ only in their data), most of the time their Triton
+compiles: sm_90 compiles of the largest tiles take 8-31 s each on one CPU core (``benchmarks/sass_count.py``), and
+one process did not finish 1e7 elements in 150 s on an H100. Give ``--workers``: each worker compiles the variants
+it takes, and prints a line per variant as it finishes (its cases, mismatches and seconds), so a run that is cut
+off shows how far it got.
 
     python3 benchmarks/device/edge_paths_check.py --workers 15 --json out.json          # on a GPU
     TRITON_INTERPRET=1 python benchmarks/device/edge_paths_check.py --device interpreter --elements 2e4
@@ -21,21 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from fp4lab.formats.quant_format import QuantFormat
 from fp4lab.formats.spec_io import model_to_toml
-from fp4lab.kernels.verify import (
-    Case,
-    compare,
-    fakequant_kernel_fields,
-    fakequant_reference_fields,
-    kernel_fields,
-    plan_cases,
-    reference_fields,
-    run_cases,
-    summarize,
-)
+from fp4lab.kernels.verify import Case, plan_cases, run_cases, summarize
 
 FORMATS = {
     # NaN elements of nan_policy "ignore" blocks: the scale leaves them out, the element takes nan_element's code
@@ -60,24 +50,13 @@ ROUNDINGS = ("rtne", "sr", "rtp", "rtm")
 NAN_IGNORE = tuple(n for n in FORMATS if n.startswith("nan-ignore"))
 
 
-def sparse_nan_outcomes(specs: dict[str, str], device: str, rows: int) -> list:
-    """Quantize and fake-quant outcomes of the ``NAN_IGNORE`` formats on gaussian tensors [rows, 256] with one NaN
-    in every 16th row: tiles that are otherwise plain, where the kernels take their lean path (verify's adversarial
-    inputs put Inf and huge values beside their NaNs, which keeps a tile off it)."""
-    outcomes = []
-    for i, name in enumerate(NAN_IGNORE):
-        for j, rounding in enumerate(ROUNDINGS):
-            seed = 100 * i + j
-            rng = np.random.default_rng(seed)
-            x = rng.standard_normal((rows, 256)).astype(np.float32)
-            x[::16, rng.integers(0, 256)] = np.nan
-            for op in ("quantize", "fakequant"):
-                case = Case(specs[name], rounding, None, -1, "random", rows, 256, seed, op=op)
-                got = (fakequant_kernel_fields if op == "fakequant" else kernel_fields)(case, x, device)
-                with np.errstate(all="ignore"):
-                    want = (fakequant_reference_fields if op == "fakequant" else reference_fields)(case, x)
-                outcomes.append(compare(case, got, want))
-    return outcomes
+def sparse_nan_cases(specs: dict[str, str], rows: int) -> list[Case]:
+    """Quantize and fake-quant cases of the ``NAN_IGNORE`` formats on N(0,1) tensors [rows, 256] with one NaN in
+    every 16th row (verify's "sparse-nan" kind): tiles that are otherwise plain, where the kernels take their lean
+    path (verify's adversarial inputs put Inf and huge values beside their NaNs, which keeps a tile off it)."""
+    return [Case(specs[name], rounding, None, -1, "sparse-nan", rows, 256, 100 * i + j, op=op)
+            for i, name in enumerate(NAN_IGNORE) for j, rounding in enumerate(ROUNDINGS)
+            for op in ("quantize", "fakequant")]
 
 
 def write_specs(folder: Path) -> dict[str, str]:
@@ -105,13 +84,9 @@ def main() -> None:
         device = "cpu" if args.device == "interpreter" else "cuda"
         cases = plan_cases(list(specs.values()), int(args.elements), roundings=ROUNDINGS,
                            interpreter=args.device == "interpreter")
+        cases += sparse_nan_cases(specs, 64 if args.device == "interpreter" else 4096)
         outcomes = run_cases(cases, device, workers=args.workers if device == "cuda" else 1, progress=False,
                              log=lambda line: print(line.replace(tmp + "/", ""), flush=True))
-        t1 = time.perf_counter()
-        outcomes += sparse_nan_outcomes(specs, device, 64 if args.device == "interpreter" else 4096)
-        print(f"sparse NaN tiles: {sum(o.mismatches for o in outcomes[len(cases):])} mismatches, "
-              f"{time.perf_counter() - t1:.1f} s", flush=True)
-        cases = [o.case for o in outcomes]
     rows, first = summarize(outcomes)
     for row in rows:  # a spec file's name, not its temporary path
         row["format"] = Path(row["format"].split(" ")[0]).stem

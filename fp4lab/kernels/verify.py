@@ -34,9 +34,10 @@ from fp4lab.testing.inputs import FLT_MAX, make_inputs, range_edge_input  # noqa
 
 F32 = np.float32
 KINDS = ("random", "adversarial", "edges")
-# verify's case kinds -> input kinds of fp4lab.testing.inputs ("edges": tiny for an even seed, huge for an odd one)
+# verify's case kinds -> input kinds of fp4lab.testing.inputs ("edges": tiny for an even seed, huge for an odd one;
+# "sparse-nan" is not planned by plan_cases: benchmarks/device/edge_paths_check.py runs it on NaN-ignoring formats)
 CASE_INPUTS = {"random": ("gaussian_logscale",), "adversarial": ("adversarial_rows",),
-               "edges": ("range_edge_tiny", "range_edge_huge")}
+               "edges": ("range_edge_tiny", "range_edge_huge"), "sparse-nan": ("gaussian_sparse_nan",)}
 OPS = ("quantize", "fakequant")
 FAKEQUANT_SHARE = 0.25  # fraction of a run's elements spent on fakequant cases when both ops run
 
@@ -94,11 +95,12 @@ def make_input(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
     """float32 [rows, cols] of a verify case kind (``CASE_INPUTS``). 'random': normal values with a log-uniform
     scale per row; 'adversarial': rows cycle through ties on a dyadic grid, powers of two and their float32
     neighbours, zeros and all-zero blocks, subnormals, huge values near FLT_MAX, and NaN/Inf sprinkled over
-    otherwise normal data; 'edges': a whole tensor at one end of float32's range (``range_edge_input``)."""
+    otherwise normal data; 'edges': a whole tensor at one end of float32's range (``range_edge_input``);
+    'sparse-nan': normal values with one NaN in every 16th row."""
     if kind not in CASE_INPUTS:
         from fp4lab.errors import InputError
 
-        raise InputError(f"verify: input kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise InputError(f"verify: input kind must be one of {', '.join(CASE_INPUTS)}, got {kind!r}")
     names = CASE_INPUTS[kind]
     return make_inputs(names[seed % len(names)], (rows, cols), seed)
 

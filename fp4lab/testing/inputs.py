@@ -302,6 +302,18 @@ def adversarial_rows(shape: tuple[int, int], seed: int, fmt: Any = None) -> np.n
     return out
 
 
+@_register("gaussian_sparse_nan", "verify", two_d=True)
+def gaussian_sparse_nan(shape: tuple[int, int], seed: int, fmt: Any = None) -> np.ndarray:
+    """N(0,1) with one NaN, at a random column, in every 16th row (row % 16 == 0): tiles that are plain but for a
+    NaN, which the kernels' lean path takes when a format's blocks ignore NaN (``nan_policy = "ignore"``)."""
+    rows, cols = shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype(F32)
+    hit = np.arange(0, rows, 16)
+    x[hit, rng.integers(0, cols, hit.size)] = np.nan
+    return x
+
+
 def _range_edge(rows: int, cols: int, seed: int, high: bool) -> np.ndarray:
     rng = np.random.default_rng(seed)
     e = rng.integers(-32, 1, (rows, 1)) + rng.integers(-8, 1, (1, -(-cols // 32))).repeat(32, axis=1)[:, :cols]
