@@ -565,6 +565,8 @@ def test_verify_cli_interpreter(tmp_path, capsys):
     assert 0.2 <= fq / data["elements"] <= 0.3
     out = capsys.readouterr().out
     assert "mxfp4 (fakequant)" in out and "ufp4 (fakequant)" in out
+    done = [line for line in out.splitlines() if line.startswith("[")]  # not a terminal: a line per variant
+    assert done and done[0].startswith("[1/") and all(", 0 mismatches, " in line for line in done)
 
     args = parser.parse_args(["verify", "--device", "interpreter", "--formats", "nvfp4", "--ops", "fakequant",
                               "--elements", "1", "--json", "--json-out", str(tmp_path / "f.json")])

@@ -69,8 +69,12 @@ def handler(args: argparse.Namespace) -> int:
     cases = plan_cases(names, int(args.elements), seed=args.seed, ops=tuple(dict.fromkeys(args.ops)),
                        interpreter=device == "interpreter")
     t0 = time.time()
+    # a progress bar on a terminal; elsewhere (a log file, CI) a line per kernel variant as it finishes, which a
+    # run cut off leaves behind (on stderr with --json, whose stdout holds the JSON only)
+    live = console.is_terminal
     outcomes = run_cases(cases, "cuda" if device == "cuda" else "cpu",
-                         workers=args.workers if device == "cuda" else 1, progress=not args.json)
+                         workers=args.workers if device == "cuda" else 1, progress=live and not args.json,
+                         log=None if live else lambda line: console.print(line, highlight=False, soft_wrap=True))
     rows, first = summarize(outcomes)
     table = Table(title=f"fp4lab verify ({device}, {time.time() - t0:.1f} s)")
     for col in ("format", "cases", "elements", "failed_cases", "mismatches"):
