@@ -182,14 +182,14 @@ def model_config(size: str) -> Any:
     return GPTConfig(**USER_MODELS[size][0]) if size in USER_MODELS else SIZES[size]
 
 
-def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int,
-                mode: str = "eager") -> dict[str, Any]:
+def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: int, mode: str = "eager",
+                on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Whole training steps (forward, backward, fused AdamW; fp32 master weights, bf16 autocast; head kept in high
     precision) per recipe against the same model with bf16 ``nn.Linear`` layers run the same way. ``mode``:
     "eager"; "graph", the step captured by hand in a CUDA graph and replayed; or a ``torch.compile`` mode
     ("default", "reduce-overhead": CUDA graphs, "max-autotune") of the model with ``fullgraph=True``, with the
     graph count, graph breaks (``torch._dynamo.explain``) and the frames compiled during the timed steps (0: no
-    recompile per step)."""
+    recompile per step). ``on_row`` is called with the result so far after every recipe."""
     from torch._dynamo.utils import counters
 
     from fp4lab.study.model import GPT
@@ -201,6 +201,7 @@ def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: 
     tokens = torch.randint(0, cfg.vocab, (batch, cfg.seq_len + 1), device=dev)
     inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     rows: dict[str, Any] = {}
+    res["recipes"] = rows
     compiled = mode not in ("eager", "graph")
     for name in ["bf16-nn.Linear"] + recipes:
         torch.manual_seed(0)
@@ -256,15 +257,15 @@ def bench_model(size: str, batch: int, recipes: list[str], steps: int, repeats: 
             print(f"  model {size} batch {batch} {mode} {name}: {type(exc).__name__}: {exc}"[:600], flush=True)
             continue
         row.update(ms=ms, ms_loops=loops, tokens_per_s=batch * cfg.seq_len / ms * 1e3)
+        base = rows.get("bf16-nn.Linear", {}).get("ms")  # (the first row)
+        if base and name != "bf16-nn.Linear":
+            row["vs_bf16"] = ms / base
         rows[name] = row
+        if on_row is not None:
+            on_row(res)
         extra = "".join(f" {k} {row[k]}" for k in ("graphs", "graph_breaks", "recompiles", "warmup_s") if k in row)
         print(f"  model {size} batch {batch} {mode} {name:14s} {ms:7.2f} ms/step ({min(loops):.2f}-{max(loops):.2f})"
               f"  {row['tokens_per_s'] / 1e3:8.1f} k tokens/s{extra}", flush=True)
-    base = rows.get("bf16-nn.Linear", {}).get("ms")
-    for name in recipes:
-        if base and name in rows:
-            rows[name]["vs_bf16"] = rows[name]["ms"] / base
-    res["recipes"] = rows
     return res
 
 
@@ -297,13 +298,16 @@ def main() -> None:
                                           compiled=not args.no_compile and (k, n) == shapes[0],
                                           graph=args.layer_graph))
     out["model"] = []
+
+    def save(block: dict[str, Any]) -> None:  # after every recipe: a run stopped by its time slot keeps its rows
+        if args.json:
+            Path(args.json).write_text(json.dumps({**out, "model": out["model"] + [block]}, indent=2))
+
     for size in args.model:
         batches = args.batch or ([USER_MODELS[size][1]] if size in USER_MODELS else [32, 128])
         for b in batches:
             for mode in args.modes:
-                out["model"].append(bench_model(size, b, args.recipes, max(iters // 2, 3), repeats, mode))
-                if args.json:  # after every block: a run stopped by its time slot keeps what it measured
-                    Path(args.json).write_text(json.dumps(out, indent=2))
+                out["model"].append(bench_model(size, b, args.recipes, max(iters // 2, 3), repeats, mode, save))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     print(json.dumps(summary(out)))
