@@ -6,7 +6,8 @@ written as spec files and run through ``fp4lab.kernels.verify`` (quantize and fa
 RHT off and 16) with the roundings rtne, sr, rtp and rtm, and the NaN formats also on tensors whose tiles are plain
 but for one NaN (``sparse_nan_cases``). Exit status 1 on any mismatch. On a GPU the default 5e7 elements are
 384 cases of 236 kernel variants (cases with one variant differ only in their data), most of the time their Triton
-compiles: sm_90 compiles of the largest tiles take 8-31 s each on one CPU core (``benchmarks/sass_count.py``), and
+compiles: sm_90 compiles of sampled variants at their own tiles take 2.5-18 s each on one CPU core (the SR-8
+fake-quant of the NaN-ignoring E4M3 format the longest; ``benchmarks/sass_count.py``), and
 one process did not finish 1e7 elements in 150 s on an H100. Give ``--workers``: each worker compiles the variants
 it takes, and prints a line per variant as it finishes (its cases, mismatches and seconds), so a run that is cut
 off shows how far it got.
