@@ -896,9 +896,13 @@ def test_compressed_packs_read_like_plain_ones(tmp_path, corpus_dir, monkeypatch
     assert [rec for _, rec in got] == expected and got[0][0].endswith("runs.jsonl.gz:1")
     fresh = driver.select(driver.load_plan(_plan(tmp_path, corpus_dir), out=tmp_path / "fresh"), seeds=[0])
     assert sorted(pack.done_runs(got, fresh)) == sorted(r.label for r in runs)
+    (tmp_path / "packs" / "a" / "slice.json").unlink(missing_ok=True)
+    (tmp_path / "packs" / "a" / "slice.json.gz").write_bytes(gzip.compress(b'{"device": "' + b"x" * 200 + b'"}'))
     monkeypatch.setattr(pack, "MAX_PACK_BYTES", 100)
     with pytest.raises(InputError, match="unpacks to more than"):
         pack.load_packs(tmp_path / "packs")
+    with pytest.raises(InputError, match="slice.json.gz unpacks to more than"):  # the slice file beside it too
+        pack.slice_device(got[0][0].rsplit(":", 1)[0])
     monkeypatch.undo()
     (tmp_path / "packs" / "a" / "runs.jsonl.gz").write_bytes(b"\x1f\x8b\x08not gzip")
     with pytest.raises(InputError, match="cannot read .*runs.jsonl.gz"):

@@ -45,17 +45,32 @@ def _json(path: Path) -> Any:
         raise InputError(f"pack: {path} is not readable JSON ({str(exc).splitlines()[0][:100]})") from None
 
 
+def _pack_text(path: Path) -> str:
+    """The text of a pack file, plain or gzip-compressed (at most ``MAX_PACK_BYTES`` unpacked)."""
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path) as f:
+                data = f.read(MAX_PACK_BYTES + 1)
+            if len(data) > MAX_PACK_BYTES:
+                raise InputError(f"pack: {path} unpacks to more than {MAX_PACK_BYTES >> 20} MiB; not a pack")
+        else:
+            data = path.read_bytes()
+        return data.decode("utf-8")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        raise InputError(f"pack: cannot read {path} ({type(exc).__name__})") from None
+
+
 def slice_device(runs_file: str) -> str:
     """The ``device`` that the ``slice.json`` (or ``slice.json.gz``) beside a pack's runs file names; "" if there
     is none, or it names none."""
     folder = Path(runs_file).parent
-    for name in (SLICE, SLICE + ".gz"):
-        path = folder / name
+    for path in (folder / SLICE, folder / (SLICE + ".gz")):
         if path.is_file():
+            text = _pack_text(path)
             try:
-                info = json.loads(gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes())
-            except (ValueError, RecursionError, OSError, EOFError, zlib.error) as exc:
-                raise InputError(f"pack: {path} is not readable JSON ({type(exc).__name__})") from None
+                info = json.loads(text)
+            except (ValueError, RecursionError):
+                raise InputError(f"pack: {path} is not readable JSON") from None
             return str(info.get("device") or "") if isinstance(info, dict) else ""
     return ""
 
@@ -106,18 +121,7 @@ def load_packs(root: str | Path) -> list[tuple[str, dict[str, Any]]]:
         raise InputError(f"pack: {base} does not exist")
     out = []
     for path in files:
-        try:
-            if path.name.endswith(".gz"):
-                with gzip.open(path) as f:
-                    data = f.read(MAX_PACK_BYTES + 1)
-                if len(data) > MAX_PACK_BYTES:
-                    raise InputError(f"pack: {path} unpacks to more than {MAX_PACK_BYTES >> 20} MiB; not a pack")
-            else:
-                data = path.read_bytes()
-            lines = data.decode("utf-8").splitlines()
-        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
-            raise InputError(f"pack: cannot read {path} ({type(exc).__name__})") from None
-        for n, line in enumerate(lines, 1):
+        for n, line in enumerate(_pack_text(path).splitlines(), 1):
             where = f"{path}:{n}"
             try:
                 rec = json.loads(line)
