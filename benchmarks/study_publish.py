@@ -9,7 +9,8 @@ refused before anything is copied). Then the two ``summarize`` calls of docs/stu
 all packs: ``CONFIRMATORY`` into docs/results/study (the four tests, Holm's correction, plots) and ``SECONDARY``
 into docs/results/study-secondary (controls, exploratory contrasts, the loss-drop timing), which keeps only the
 files ``SECONDARY_KEEP`` names. Last it prints the interim tables of docs/results/study/README.md (each recipe's
-gap to bf16 with its 95% CI, the paired contrasts with theirs), for the README's text, which stays hand-written.
+gap to bf16 with its 95% CI, the paired contrasts with theirs, their medians and signed-rank p-values), for the
+README's text, which stays hand-written.
 The calls are defined here once; ``tests/test_study.py`` checks that the published summaries are theirs.
 """
 
@@ -87,13 +88,14 @@ def interim_tables(conf: dict[str, Any], sec: dict[str, Any]) -> str:
         half = t_quantile(0.975, g["n"] - 1) * g["se"] if g["n"] > 1 else float("nan")
         lines.append(f"| `{g['recipe']}` | {g['n']} | {g['mean']:+.2f} ± {g['se']:.2f} % | "
                      f"[{g['mean'] - half:+.2f}, {g['mean'] + half:+.2f}] |")
-    lines += ["", "| contrast | n | difference | 95% CI | Holm p | detectable |", "|---|---|---|---|---|---|"]
+    lines += ["", "| contrast | n | difference | 95% CI | Holm p | detectable | median | signed-rank p |",
+              "|---|---|---|---|---|---|---|---|"]
     for p, tested in [*((p, True) for p in conf["paired"]), *((p, False) for p in sec["paired"])]:
         if p["metric"] == "train":
             holm = f"{p['p_holm']:.2g}" if tested and not math.isnan(p["p_holm"]) else "-"
             det = "-" if p.get("detectable") is None else f"{p['detectable']:.2f}"
             lines.append(f"| {p['a']} − {p['b']} | {p['n']} | {p['mean']:+.2f} | [{p['ci_low']:+.2f}, "
-                         f"{p['ci_high']:+.2f}] | {holm} | {det} |")
+                         f"{p['ci_high']:+.2f}] | {holm} | {det} | {p['median']:+.2f} | {p['p_signed_rank']:.2g} |")
     return "\n".join(lines)
 
 

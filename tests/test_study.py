@@ -2,9 +2,11 @@
 diagnostics, captures, bit-identical resume), the study driver, the summary statistics and the CLI."""
 
 import csv
+import itertools
 import json
 import math
 import os
+import random
 import re
 import runpy
 import sys
@@ -540,6 +542,9 @@ def test_summarize_paired_statistics(tmp_path):
                       out / "gap_vs_size.png")
     assert (out / "gap_vs_size.png").stat().st_size > 1000
     assert p_train["detectable"] == stats.detectable_difference(p_train["sd"], 3)  # n seeds by default
+    assert p_train["median"] == pytest.approx(sorted(diffs)[1])
+    assert p_train["p_signed_rank"] == 0.25  # three negative differences: 2 of the 8 sign assignments as extreme
+    assert (out / "paired.png").stat().st_size > 1000
     runs = read_csv(out / "runs.csv")
     assert len(runs) == 3 * 3 + 3 and {r["status"] for r in runs} == {"done", "partial"}
     assert "ufp4 − e2m1-ref" in (out / "summary.md").read_text()
@@ -1033,6 +1038,27 @@ def test_seeds_needed_matches_the_exact_paired_t_test():
             assert stats.seeds_needed(sd, delta * 1.0001, alpha) <= n < stats.seeds_needed(sd, delta * 0.99, alpha)
     assert 0.48 < stats.detectable_difference(0.78, 32, 0.0125) < 0.49  # docs/study.md, "Seeds": 0.49
     assert stats.detectable_difference(1.0, 3, 0.0125) is None  # too few seeds for the approximation
+
+
+def test_signed_rank_p_is_the_exact_sign_flip_distribution():
+    """Wilcoxon's signed-rank p against every sign assignment of the (mid-)ranks, for small samples with ties and
+    zeros; and against values of scipy.stats.wilcoxon(method="exact")."""
+    def brute(values):
+        nz = [v for v in values if v != 0]
+        mags = sorted(abs(v) for v in nz)
+        ranks = [sum(i + 1 for i, m in enumerate(mags) if m == abs(v)) / mags.count(abs(v)) for v in nz]
+        t = sum(r for v, r in zip(nz, ranks) if v > 0)
+        sums = [sum(r for r, up in zip(ranks, signs) if up) for signs in itertools.product((0, 1), repeat=len(nz))]
+        return min(1.0, 2 * min(sum(x <= t for x in sums), sum(x >= t for x in sums)) / len(sums))
+
+    rng = random.Random(0)
+    for _ in range(150):
+        values = [rng.choice((-3, -2, -1.5, -1, 0, 1, 1.5, 2, 3, 0.25)) for _ in range(rng.randint(1, 10))]
+        if any(values):
+            assert stats.signed_rank_p(values) == pytest.approx(brute(values), abs=1e-12), values
+    assert stats.signed_rank_p([1, 2, 3, 4, 5]) == 2 / 32
+    assert stats.signed_rank_p([0.5, -1.2, 3.3, 2.1, -0.4, 4.4, 1.0, 2.2]) == pytest.approx(0.078125)  # scipy
+    assert math.isnan(stats.signed_rank_p([0.0, 0.0])) and math.isnan(stats.signed_rank_p([1.0, math.nan]))
 
 
 def test_study_procs_runs_shards_and_packs(monkeypatch, tmp_path, corpus_dir, capsys):

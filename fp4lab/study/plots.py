@@ -1,7 +1,9 @@
-"""PNG plots of a study (matplotlib, Agg backend): loss curves per size and the final gap against model size."""
+"""PNG plots of a study (matplotlib, Agg backend): loss curves per size, the paired differences per seed and the
+final gap against model size."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,42 @@ def loss_curves(runs: list, path: Path, baseline: str = "bf16") -> None:
         axes[1, col].legend(fontsize=7)
     fig.tight_layout()
     _save(fig, path)
+    plt.close(fig)
+
+
+def paired_differences(pair_rows: list[dict[str, Any]], device_rows: list[dict[str, Any]], path: Path) -> None:
+    """One row per (size, pair) of the training loss: each seed's difference in points (a dot, coloured by the GPU
+    that trained the seed where ``device_rows`` splits the pair), the mean with its 95% CI (black bar) and the
+    median (open diamond)."""
+    rows = [p for p in pair_rows if p["metric"] == "train" and p["diffs"]]
+    if not rows:
+        return
+    plt = _pyplot()
+    split = {(d["size"], d["a"], d["b"], s): d["device"] for d in device_rows if d["metric"] == "train"
+             for s in str(d["seeds"]).split()}
+    color = _colors(plt, set(split.values()) or {"all seeds"})
+    fig, ax = plt.subplots(figsize=(9, 0.8 * len(rows) + 1.4))
+    shown: set[str] = set()
+    jitter = np.random.default_rng(0)  # the same picture for the same rows
+    for y, p in enumerate(reversed(rows)):
+        diffs = [float(v) for v in str(p["diffs"]).split()]
+        seeds = str(p["seeds"]).split()
+        for seed, d in zip(seeds, diffs):
+            on = split.get((p["size"], p["a"], p["b"], seed), "all seeds")
+            ax.plot(d, y + jitter.uniform(-0.18, 0.18), "o", ms=3.5, alpha=0.7, color=color[on],
+                    label=None if on in shown else on)
+            shown.add(on)
+        if math.isfinite(p["ci_low"]):
+            ax.plot([p["ci_low"], p["ci_high"]], [y, y], color="black", lw=2)
+        ax.plot(p["mean"], y, "|", ms=14, mew=2, color="black")
+        ax.plot(p["median"], y, "D", ms=6, mfc="none", color="black")
+    ax.set_yticks(range(len(rows)), [f"{p['a']}\n− {p['b']}\n({p['size']}, {p['n']} seeds)" for p in reversed(rows)],
+                  fontsize=7)
+    ax.axvline(0, color="gray", lw=0.5)
+    ax.set(xlabel="difference of the final training-loss gaps (points)",
+           title="per seed (dots), mean and 95% CI (bar), median (diamond)")
+    ax.legend(fontsize=7, loc="best")
+    _save(fig, path, bbox_inches="tight")
     plt.close(fig)
 
 

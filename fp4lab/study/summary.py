@@ -16,6 +16,9 @@ Definitions (percent; ``L`` is ``train_loss`` or ``heldout_loss`` of ``metrics.c
   ``delta`` points with probability ``power``, taking the measured sd as the true one (``stats.seeds_needed``), and
   ``detectable``: the difference in points such a test detects with probability 0.8 with ``planned_seeds`` paired
   seeds (default: the row's n) at the measured sd (``stats.detectable_difference``, the same formula solved for delta);
+* for each paired difference also its median over the seeds and ``p_signed_rank``, the exact two-sided p-value of
+  Wilcoxon's signed-rank test (``stats.signed_rank_p``): a check of the t-test that a few seeds far out cannot
+  sway, not a test of the design;
 * for each paired difference: the 95% confidence interval ``mean ± t(0.975, n - 1) * SE``, the two-sided p-value
   of the paired t-test (``t = mean / SE``, Student's t with n - 1 degrees of freedom), and ``p_holm``, Holm's
   step-down adjustment over the family of every paired difference of the training loss (the primary metric) in
@@ -40,7 +43,8 @@ it: from its ``done.json``, else from its pack's ``slice.json``; empty if neithe
 ``paired_by_device.csv`` (the split by GPU; header only where every seed ran on one), ``alpha.csv`` (per run,
 the last diagnostic step's mean and minimum alpha over layers for each operand and GEMM), ``repeats.csv``,
 ``summary.json`` (all of it, with notes on runs left out), ``summary.md`` (tables) and, with matplotlib,
-``loss_curves.png`` and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
+``loss_curves.png``, ``paired.png`` (each seed's training-loss difference per pair, with the mean, its 95% CI and
+the median) and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
 ``crossings.csv`` and ``timing.csv`` (``fp4lab.study.crossings``: when each run reaches each loss level, and how
 much of the final gap that timing explains).
 """
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import tomllib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -58,7 +63,15 @@ from typing import Any
 from fp4lab.errors import InputError
 from fp4lab.study import crossings, pack
 from fp4lab.study.logs import last_step_rows, read_csv, write_csv, write_json, write_text
-from fp4lab.study.stats import detectable_difference, holm, mean_se, seeds_needed, t_quantile, t_two_sided_p
+from fp4lab.study.stats import (
+    detectable_difference,
+    holm,
+    mean_se,
+    seeds_needed,
+    signed_rank_p,
+    t_quantile,
+    t_two_sided_p,
+)
 
 METRICS: tuple[str, ...] = ("train", "heldout")
 RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps", "tokens", "final_train",
@@ -66,7 +79,7 @@ RUN_COLUMNS = ("size", "recipe", "seed", "replica", "status", "params", "steps",
                "elapsed_s", "device", "folder")
 GAP_COLUMNS = ("size", "params", "recipe", "metric", "n", "mean", "sd", "se")
 PAIR_COLUMNS = ("size", "params", "a", "b", "metric", "n", "mean", "sd", "se", "ci_low", "ci_high", "p", "p_holm",
-                "seeds_needed", "detectable", "seeds", "diffs")
+                "seeds_needed", "detectable", "median", "p_signed_rank", "seeds", "diffs")
 ALPHA_COLUMNS = ("size", "recipe", "seed", "step", "operand", "gemm", "layers", "alpha_mean", "alpha_min")
 REPEAT_COLUMNS = ("size", "recipe", "seed", "rows", "identical", "max_abs_diff")
 BY_DEVICE_COLUMNS = ("size", "a", "b", "metric", "device", "n", "mean", "se", "ci_low", "ci_high", "seeds", "diffs")
@@ -342,6 +355,7 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
                                   "p": t_two_sided_p(mean / se, n - 1) if ok else math.nan, "p_holm": math.nan,
                                   "seeds_needed": seeds_needed(sd, delta, alpha),
                                   "detectable": detectable_difference(sd, planned_seeds or n, alpha),
+                                  "median": statistics.median(diffs), "p_signed_rank": signed_rank_p(diffs),
                                   "seeds": " ".join(map(str, seeds)),
                                   "diffs": " ".join(f"{d:.6g}" for d in diffs)})
                 on = [seed_device(devices, size, [name for name, _ in terms] + [baseline], s) for s in seeds]
@@ -375,6 +389,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         from fp4lab.study import plots as plotting
 
         plotting.loss_curves(runs, out / "loss_curves.png", baseline)
+        if pair_rows:
+            plotting.paired_differences(pair_rows, device_rows, out / "paired.png")
         if len(params) > 1:  # a gap against size needs two sizes
             plotting.gap_vs_size(gap_rows, out / "gap_vs_size.png")
     return summary
@@ -430,16 +446,18 @@ def markdown(summary: dict[str, Any]) -> str:
               "paired t-test p, p after Holm's correction over the training-loss rows, sd, the seeds a paired "
               f"t-test needs for 80% power at {summary.get('delta', 0.3):g} points, and the difference it detects "
               f"with 80% power with {planned or 'the n'} seeds, at level {summary.get('test_level', 0.05):g} and "
-              "the measured sd.", "",
+              "the measured sd; then the median over the seeds and the exact two-sided p of Wilcoxon's "
+              "signed-rank test (a check that a few seeds far out cannot sway, no test).", "",
               "| size | A − B | metric | n | mean ± SE | 95% CI | p | p (Holm) | sd | seeds needed | detectable | "
-              "per seed |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "median | signed-rank p | per seed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in summary["paired"]:
         ci = f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]" if p["ci_low"] is not None and \
             math.isfinite(p["ci_low"]) else "-"
         lines.append(f"| {p['size']} | {p['a']} − {p['b']} | {p['metric']} | {p['n']} | {_pm(p['mean'], p['se'])} | "
                      f"{ci} | {_num(p['p'])} | {_num(p['p_holm'])} | {_num(p['sd'])} | "
                      f"{p['seeds_needed'] if p['seeds_needed'] is not None else '-'} | "
-                     f"{_num(p.get('detectable'))} | {p['diffs']} |")
+                     f"{_num(p.get('detectable'))} | {_pm(p['median'], None)} | {_num(p['p_signed_rank'])} | "
+                     f"{p['diffs']} |")
     split = [p for p in summary.get("paired_by_device", []) if p["metric"] == "train"]
     if split:
         lines += ["", "The training-loss differences over the seeds of each GPU (a sensitivity check, no test): "
