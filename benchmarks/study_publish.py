@@ -37,7 +37,7 @@ CONFIRMATORY: dict[str, Any] = dict(
 SECONDARY: dict[str, Any] = dict(
     dest="docs/results/study-secondary",
     pairs=(("mxfp4", "e2m1-rht-wgrad"), ("nvfp4", "e2m1-rht-wgrad"), ("ufp4-e4m3", "e1m2-rht-all"),
-           ("e1m2-rht-wgrad", "e2m1-rht-wgrad")),
+           ("e1m2-rht-wgrad", "e2m1-rht-wgrad"), ("ufp4-e4m3", "e2m1-rht-wgrad"), ("ufp4-e4m3", "nvfp4")),
     crossing_levels=(1.2, 1.1))
 SECONDARY_KEEP = ("gaps.csv", "paired.csv", "paired_by_device.csv", "crossings.csv", "timing.csv", "summary.md",
                   "README.md")
