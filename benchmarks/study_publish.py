@@ -40,7 +40,7 @@ SECONDARY: dict[str, Any] = dict(
            ("e1m2-rht-wgrad", "e2m1-rht-wgrad"), ("ufp4-e4m3", "e2m1-rht-wgrad"), ("ufp4-e4m3", "nvfp4")),
     crossing_levels=(1.2, 1.1))
 SECONDARY_KEEP = ("gaps.csv", "paired.csv", "paired_by_device.csv", "crossings.csv", "timing.csv", "summary.md",
-                  "README.md")
+                  "paired.png", "timing.png", "README.md")
 PACK_FILES = ("runs.jsonl", "slice.json")
 
 
@@ -74,7 +74,7 @@ def summarize_study(packs: str | Path, dests: tuple[str | Path, str | Path] | No
     """Both summarize calls on ``packs`` (into their published folders, or into ``dests``)."""
     conf_dest, sec_dest = dests or (CONFIRMATORY["dest"], SECONDARY["dest"])
     conf = summarize(packs, conf_dest, plots=plots, **{k: v for k, v in CONFIRMATORY.items() if k != "dest"})
-    sec = summarize(packs, sec_dest, plots=False, **{k: v for k, v in SECONDARY.items() if k != "dest"})
+    sec = summarize(packs, sec_dest, plots=plots, **{k: v for k, v in SECONDARY.items() if k != "dest"})
     for p in Path(sec_dest).iterdir():
         if p.name not in SECONDARY_KEEP:
             p.unlink()

@@ -583,6 +583,10 @@ def test_summarize_loss_drop_timing(tmp_path):
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "Loss-drop timing" in md and "| s | 1.5 | ufp4 | 4 | 0 | 1 | 5 |" in md
     assert len(read_csv(tmp_path / "out" / "crossings.csv")) == 5 * 3
+    from fp4lab.study import plots
+
+    plots.gap_vs_delay(s["crossings"], s["timing"], tmp_path / "timing.png")  # a panel per level, NaN fits too
+    assert (tmp_path / "timing.png").stat().st_size > 1000
     assert not (tmp_path / "plain").exists()
     summary.summarize(root, tmp_path / "plain", plots=False)
     assert not (tmp_path / "plain" / "timing.csv").exists()
@@ -657,7 +661,7 @@ def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
     for name in ("runs.csv", "gaps.csv", "paired.csv", "paired_by_device.csv", "repeats.csv"):
         assert (tmp_path / "c" / name).read_text() == (RESULTS / "study" / name).read_text(), name
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == \
-        sorted(n for n in publish["SECONDARY_KEEP"] if n != "README.md")
+        sorted(n for n in publish["SECONDARY_KEEP"] if n != "README.md" and not n.endswith(".png"))  # no plots
     for name in ("gaps.csv", "paired.csv", "paired_by_device.csv", "crossings.csv", "timing.csv"):
         assert (tmp_path / "s" / name).read_text() == (RESULTS / "study-secondary" / name).read_text(), name
     for row in publish["interim_tables"](conf, sec).splitlines()[2:6]:  # the README's table, best gap first

@@ -1,5 +1,5 @@
-"""PNG plots of a study (matplotlib, Agg backend): loss curves per size, the paired differences per seed and the
-final gap against model size."""
+"""PNG plots of a study (matplotlib, Agg backend): loss curves per size, the paired differences per seed, the final
+gap against the delay of the loss drop, and the final gap against model size."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from fp4lab.errors import InputError
+from fp4lab.study import crossings
 from fp4lab.study.logs import write_with
 
 
@@ -107,6 +108,43 @@ def paired_differences(pair_rows: list[dict[str, Any]], device_rows: list[dict[s
            title="per seed (dots), mean and 95% CI (bar), median (diamond)")
     ax.legend(fontsize=7, loc="best")
     _save(fig, path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def gap_vs_delay(crossing_rows: list[dict[str, Any]], timing_rows: list[dict[str, Any]], path: Path) -> None:
+    """One panel per (size, level) of ``fp4lab.study.crossings``: each paired run's final training gap (%) against
+    its delay in reaching the level (steps after its bf16 run), coloured by recipe, with the least-squares line and
+    r² over all of them."""
+    keys = sorted({(r["size"], r["level"]) for r in crossing_rows}, key=lambda k: (k[0], -k[1]))
+    if not keys:
+        return
+    plt = _pyplot()
+    color = _colors(plt, {r["recipe"] for r in crossing_rows})
+    fit = {(t["size"], t["level"]): t for t in timing_rows if t["recipe"] == crossings.ALL_RECIPES}
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
+    for ax, (size, level) in zip(axes[0], keys):
+        rows = [r for r in crossing_rows if (r["size"], r["level"]) == (size, level) and r["delay"] is not None]
+        for recipe in sorted({r["recipe"] for r in rows}):
+            mine = [r for r in rows if r["recipe"] == recipe]
+            ax.plot([r["delay"] for r in mine], [r["gap_train"] for r in mine], "o", ms=3.5, alpha=0.75,
+                    color=color[recipe], label=recipe)
+        t = fit.get((size, level))
+        title = f"{size}: loss {level:g} nats"
+        if t is not None and math.isfinite(t["r2"]) and rows:
+            xs = [float(r["delay"]) for r in rows]
+            mx, my = sum(xs) / len(xs), sum(r["gap_train"] for r in rows) / len(rows)
+            lo, hi = min(xs), max(xs)
+            ax.plot([lo, hi], [my + t["slope"] / 100 * (lo - mx), my + t["slope"] / 100 * (hi - mx)],
+                    color="black", lw=1)
+            title += f", r² {t['r2']:.2f} over {t['n']} runs"
+        ax.axhline(0, color="gray", lw=0.5)
+        ax.axvline(0, color="gray", lw=0.5)
+        ax.set(title=title, xlabel="delay in reaching the level (steps after the bf16 run)",
+               ylabel="final training-loss gap to bf16 (%)")
+        if rows:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path)
     plt.close(fig)
 
 

@@ -46,7 +46,7 @@ the last diagnostic step's mean and minimum alpha over layers for each operand a
 ``loss_curves.png``, ``paired.png`` (each seed's training-loss difference per pair, with the mean, its 95% CI and
 the median) and ``gap_vs_size.png`` (``fp4lab.study.plots``); given crossing levels, also
 ``crossings.csv`` and ``timing.csv`` (``fp4lab.study.crossings``: when each run reaches each loss level, and how
-much of the final gap that timing explains).
+much of the final gap that timing explains), with matplotlib ``timing.png`` (the gap against the delay).
 """
 
 from __future__ import annotations
@@ -391,6 +391,8 @@ def summarize(root: str | Path, dest: str | Path, window: float = 0.1, baseline:
         plotting.loss_curves(runs, out / "loss_curves.png", baseline)
         if pair_rows:
             plotting.paired_differences(pair_rows, device_rows, out / "paired.png")
+        if levels:
+            plotting.gap_vs_delay(summary["crossings"], summary["timing"], out / "timing.png")
         if len(params) > 1:  # a gap against size needs two sizes
             plotting.gap_vs_size(gap_rows, out / "gap_vs_size.png")
     return summary
