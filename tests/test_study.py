@@ -576,12 +576,13 @@ def test_summarize_loss_drop_timing(tmp_path):
     fit = timing[(1.5, "ufp4")]
     assert fit["n"] == 4 and fit["never"] == 0
     assert fit["r2"] == pytest.approx(1.0) and fit["slope"] == pytest.approx(5.0)
+    assert fit["intercept"] == pytest.approx(0.0, abs=1e-9)  # the gap is the delay's alone
     assert timing[(1.5, "(all)")]["n"] == 5
     assert math.isnan(timing[(1.2, "ufp4")]["r2"])  # every run reaches 1.2 in the final window: no delay to fit
     assert timing[(1.0, "ufp4")]["n"] == 0 and timing[(1.0, "ufp4")]["never"] == 4  # ufp4 ends above 1.0
     assert [t["recipe"] for t in s["timing"]][:3] == ["(all)", "mxfp4", "ufp4"]  # level 1.5 first, (all) first
     md = (tmp_path / "out" / "summary.md").read_text()
-    assert "Loss-drop timing" in md and "| s | 1.5 | ufp4 | 4 | 0 | 1 | 5 |" in md
+    assert "Loss-drop timing" in md and "| s | 1.5 | ufp4 | 4 | 0 | 1 | 5 | " in md
     assert len(read_csv(tmp_path / "out" / "crossings.csv")) == 5 * 3
     from fp4lab.study import plots
 

@@ -9,8 +9,9 @@ final-window gap to bf16 even if it ends up as good per step after it. This diag
   ``fp4lab.study.summary.gaps``), in steps;
 * per (size, level) over every paired run with both crossing steps, and per (size, recipe, level): ``n``, the runs
   left out because they or their baseline never reach the level (``never``), the squared Pearson correlation
-  ``r2`` between delay and the run's final-window training gap (percent), and the least-squares ``slope`` of the
-  gap on the delay in points per 100 steps. NaN where n < 3 or a variable is constant.
+  ``r2`` between delay and the run's final-window training gap (percent), the least-squares ``slope`` of the
+  gap on the delay in points per 100 steps, and that line's ``intercept``: the gap it gives a run that passes the
+  level with its baseline (percent). NaN where n < 3 or a variable is constant.
 
 A level near the final losses makes the crossing step a restatement of the final loss, so levels are meant to lie
 inside the drop, well above every run's final loss; the summary reports no test for them.
@@ -24,7 +25,7 @@ from typing import Any
 from fp4lab.errors import InputError
 
 CROSSING_COLUMNS = ("size", "recipe", "seed", "level", "step", "baseline_step", "delay", "gap_train")
-TIMING_COLUMNS = ("size", "level", "recipe", "n", "never", "r2", "slope")
+TIMING_COLUMNS = ("size", "level", "recipe", "n", "never", "r2", "slope", "intercept")
 ALL_RECIPES = "(all)"
 
 
@@ -61,18 +62,18 @@ def crossing_rows(runs: list[Any], gap: dict, levels: tuple[float, ...], base: d
     return rows
 
 
-def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(r², slope of y on x) by least squares; NaN for fewer than 3 points or a constant variable."""
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """(r², slope, intercept) of y on x by least squares; NaN for fewer than 3 points or a constant variable."""
     n = len(xs)
     if n < 3:
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     syy = sum((y - my) ** 2 for y in ys)
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
     if sxx == 0 or syy == 0:
-        return math.nan, math.nan
-    return sxy * sxy / (sxx * syy), sxy / sxx
+        return math.nan, math.nan, math.nan
+    return sxy * sxy / (sxx * syy), sxy / sxx, my - sxy / sxx * mx
 
 
 def timing_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -85,7 +86,8 @@ def timing_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (size, level, name), group in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1],
                                                                              kv[0][2] != ALL_RECIPES, kv[0][2])):
         paired = [r for r in group if r["delay"] is not None]
-        r2, slope = _fit([float(r["delay"]) for r in paired], [r["gap_train"] for r in paired])
+        r2, slope, intercept = _fit([float(r["delay"]) for r in paired], [r["gap_train"] for r in paired])
         out.append({"size": size, "level": level, "recipe": name, "n": len(paired),
-                    "never": len(group) - len(paired), "r2": r2, "slope": slope * 100})
+                    "never": len(group) - len(paired), "r2": r2, "slope": slope * 100,
+                    "intercept": intercept})
     return out

@@ -131,11 +131,8 @@ def gap_vs_delay(crossing_rows: list[dict[str, Any]], timing_rows: list[dict[str
         t = fit.get((size, level))
         title = f"{size}: loss {level:g} nats"
         if t is not None and math.isfinite(t["r2"]) and rows:
-            xs = [float(r["delay"]) for r in rows]
-            mx, my = sum(xs) / len(xs), sum(r["gap_train"] for r in rows) / len(rows)
-            lo, hi = min(xs), max(xs)
-            ax.plot([lo, hi], [my + t["slope"] / 100 * (lo - mx), my + t["slope"] / 100 * (hi - mx)],
-                    color="black", lw=1)
+            lo, hi = min(r["delay"] for r in rows), max(r["delay"] for r in rows)
+            ax.plot([lo, hi], [t["intercept"] + t["slope"] / 100 * x for x in (lo, hi)], color="black", lw=1)
             title += f", r² {t['r2']:.2f} over {t['n']} runs"
         ax.axhline(0, color="gray", lw=0.5)
         ax.axvline(0, color="gray", lw=0.5)

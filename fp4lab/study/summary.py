@@ -476,11 +476,13 @@ def markdown(summary: dict[str, Any]) -> str:
                   f"{r['max_abs_diff']:.3g} |" for r in summary["repeats"]]
     if summary.get("timing"):
         lines += ["", "Loss-drop timing (exploratory, no test): per level, the runs' delay in reaching it against "
-                  "their bf16 run (steps), and how much of the final training gap it explains: r², and the slope "
-                  "in points per 100 steps of delay (`fp4lab.study.crossings`).", "",
-                  "| size | level | recipe | n | never reached | r² | slope |", "|---|---|---|---|---|---|---|"]
+                  "their bf16 run (steps), and how much of the final training gap it explains: r², the slope "
+                  "in points per 100 steps of delay, and the gap (%) the fitted line gives at no delay "
+                  "(`fp4lab.study.crossings`).", "",
+                  "| size | level | recipe | n | never reached | r² | slope | gap at no delay |",
+                  "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {t['size']} | {t['level']:g} | {t['recipe']} | {t['n']} | {t['never']} | {_num(t['r2'])} | "
-                  f"{_num(t['slope'])} |" for t in summary["timing"]]
+                  f"{_num(t['slope'])} | {_num(t['intercept'])} |" for t in summary["timing"]]
     if summary["notes"]:
         lines += ["", "Left out:", ""] + [f"- {n}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"
