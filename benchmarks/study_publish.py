@@ -9,8 +9,8 @@ refused before anything is copied). Then the two ``summarize`` calls of docs/stu
 all packs: ``CONFIRMATORY`` into docs/results/study (the four tests, Holm's correction, plots) and ``SECONDARY``
 into docs/results/study-secondary (controls, exploratory contrasts, the loss-drop timing), which keeps only the
 files ``SECONDARY_KEEP`` names. Last it prints the interim tables of docs/results/study/README.md (each recipe's
-gap to bf16 with its 95% CI, the paired contrasts with theirs, their medians and signed-rank p-values), for the
-README's text, which stays hand-written.
+gap to bf16 with its 95% CI, the paired contrasts with theirs, their medians and signed-rank p-values, and the
+contrasts over each GPU's seeds), for the README's text, which stays hand-written.
 The calls are defined here once; ``tests/test_study.py`` checks that the published summaries are theirs.
 """
 
@@ -96,7 +96,23 @@ def interim_tables(conf: dict[str, Any], sec: dict[str, Any]) -> str:
             det = "-" if p.get("detectable") is None else f"{p['detectable']:.2f}"
             lines.append(f"| {p['a']} − {p['b']} | {p['n']} | {p['mean']:+.2f} | [{p['ci_low']:+.2f}, "
                          f"{p['ci_high']:+.2f}] | {holm} | {det} | {p['median']:+.2f} | {p['p_signed_rank']:.2g} |")
+    lines += ["", "| contrast | GPU | seeds | difference | 95% CI |", "|---|---|---|---|---|"]
+    for p in [*conf["paired_by_device"], *sec["paired_by_device"]]:
+        if p["metric"] == "train":
+            ci = f"[{p['ci_low']:+.2f}, {p['ci_high']:+.2f}]" if math.isfinite(p["ci_low"]) else "-"
+            lines.append(f"| {p['a']} − {p['b']} | {p['device']} | {_ranges(p['seeds'])} | {p['mean']:+.2f} | {ci} |")
     return "\n".join(lines)
+
+
+def _ranges(seeds: str) -> str:
+    """Seed numbers as runs: "0 1 2 5" -> "0-2, 5"."""
+    out: list[list[int]] = []
+    for v in map(int, seeds.split()):
+        if out and v == out[-1][1] + 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 def main(argv: list[str] | None = None) -> int:
