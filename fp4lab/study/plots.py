@@ -90,11 +90,11 @@ def paired_differences(pair_rows: list[dict[str, Any]], device_rows: list[dict[s
     shown: set[str] = set()
     jitter = np.random.default_rng(0)  # the same picture for the same rows
     for y, p in enumerate(reversed(rows)):
-        diffs = [float(v) for v in str(p["diffs"]).split()]
-        seeds = str(p["seeds"]).split()
-        for seed, d in zip(seeds, diffs):
-            on = split.get((p["size"], p["a"], p["b"], seed), "all seeds")
-            ax.plot(d, y + jitter.uniform(-0.18, 0.18), "o", ms=3.5, alpha=0.7, color=color[on],
+        by: dict[str, list[float]] = defaultdict(list)
+        for seed, d in zip(str(p["seeds"]).split(), str(p["diffs"]).split()):
+            by[split.get((p["size"], p["a"], p["b"], seed), "all seeds")].append(float(d))
+        for on, ds in by.items():
+            ax.plot(ds, y + jitter.uniform(-0.18, 0.18, len(ds)), "o", ms=3.5, alpha=0.7, color=color[on],
                     label=None if on in shown else on)
             shown.add(on)
         if math.isfinite(p["ci_low"]):
