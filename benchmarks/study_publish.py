@@ -8,7 +8,7 @@ pack is never overwritten, and slices holding a finished run that a pack or anot
 refused before anything is copied). Then the two ``summarize`` calls of docs/study.md ("Tests, fixed in advance") run on
 all packs: ``CONFIRMATORY`` into docs/results/study (the four tests, Holm's correction, plots) and ``SECONDARY``
 into docs/results/study-secondary (controls, exploratory contrasts, the loss-drop timing), which keeps only the
-files ``SECONDARY_KEEP`` names. Last it prints the interim tables of docs/results/study/README.md (each recipe's
+files ``SECONDARY_KEEP`` names. Last it prints the tables of docs/results/study/README.md (each recipe's
 gap to bf16 with its 95% CI, the paired contrasts with theirs, their medians and signed-rank p-values, and the
 contrasts over each GPU's seeds), for the README's text, which stays hand-written.
 The calls are defined here once; ``tests/test_study.py`` checks that the published summaries are theirs.
@@ -81,7 +81,15 @@ def summarize_study(packs: str | Path, dests: tuple[str | Path, str | Path] | No
     return conf, sec
 
 
-def interim_tables(conf: dict[str, Any], sec: dict[str, Any]) -> str:
+def fmt_p(p: float) -> str:
+    """A p-value to two significant digits in plain decimals (0.23, 0.0056, 0.000060); "-" for NaN."""
+    if math.isnan(p):
+        return "-"
+    p = float(f"{p:.2g}")
+    return "0" if p <= 0 else f"{p:.{max(1 - math.floor(math.log10(p)), 1)}f}"
+
+
+def result_tables(conf: dict[str, Any], sec: dict[str, Any]) -> str:
     """The gaps (training loss) with 95% CIs and every training-loss contrast, as markdown rows."""
     lines = ["| recipe | seeds | gap | 95% CI |", "|---|---|---|---|"]
     for g in sorted((g for g in conf["gaps"] if g["metric"] == "train"), key=lambda g: g["mean"]):
@@ -92,10 +100,10 @@ def interim_tables(conf: dict[str, Any], sec: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for p, tested in [*((p, True) for p in conf["paired"]), *((p, False) for p in sec["paired"])]:
         if p["metric"] == "train":
-            holm = f"{p['p_holm']:.2g}" if tested and not math.isnan(p["p_holm"]) else "-"
+            holm = fmt_p(p["p_holm"]) if tested else "-"
             det = "-" if p.get("detectable") is None else f"{p['detectable']:.2f}"
             lines.append(f"| {p['a']} − {p['b']} | {p['n']} | {p['mean']:+.2f} | [{p['ci_low']:+.2f}, "
-                         f"{p['ci_high']:+.2f}] | {holm} | {det} | {p['median']:+.2f} | {p['p_signed_rank']:.2g} |")
+                         f"{p['ci_high']:+.2f}] | {holm} | {det} | {p['median']:+.2f} | {fmt_p(p['p_signed_rank'])} |")
     lines += ["", "| contrast | GPU | seeds | difference | 95% CI |", "|---|---|---|---|---|"]
     for p in [*conf["paired_by_device"], *sec["paired_by_device"]]:
         if p["metric"] == "train":
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     except Fp4labError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(interim_tables(conf, sec))
+    print(result_tables(conf, sec))
     return 0
 
 

@@ -652,8 +652,9 @@ PUBLISH = RESULTS.parent.parent / "benchmarks" / "study_publish.py"
 
 def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
     """docs/results/study's and study-secondary's tables are what the study's two summarize calls
-    (benchmarks/study_publish.py, the commands in their READMEs) make of the packs, and every packed run is one of
-    examples/study/plan.toml's, with the plan's settings."""
+    (benchmarks/study_publish.py, the commands in their READMEs) make of the packs, the README's gaps and four tests
+    are those tables' numbers, and every packed run is one of examples/study/plan.toml's, with the plan's
+    settings."""
     from fp4lab.study import pack
 
     publish = runpy.run_path(str(PUBLISH))
@@ -665,8 +666,19 @@ def test_published_study_summary_is_that_of_its_packs(tmp_path, monkeypatch):
         sorted(n for n in publish["SECONDARY_KEEP"] if n != "README.md" and not n.endswith(".png"))  # no plots
     for name in ("gaps.csv", "paired.csv", "paired_by_device.csv", "crossings.csv", "timing.csv"):
         assert (tmp_path / "s" / name).read_text() == (RESULTS / "study-secondary" / name).read_text(), name
-    for row in publish["interim_tables"](conf, sec).splitlines()[2:6]:  # the README's table, best gap first
-        assert row.startswith("| `") and row.endswith("] |"), row
+    readme = (RESULTS / "study" / "README.md").read_text().replace("\u2212", "-")  # the README's minus signs
+    gap_rows = [r for r in publish["result_tables"](conf, sec).splitlines() if r.startswith("| `")]
+    assert len(gap_rows) == len({g["recipe"] for g in conf["gaps"]}), gap_rows
+    for row in gap_rows:  # "| `recipe` | seeds | gap ± se % | [ci] |": the same numbers on the recipe's README row
+        recipe, rest = row[2:].split(" | ", 1)
+        assert any(line.startswith(f"| {recipe} ") and line.endswith(f"| {rest}")
+                   for line in readme.splitlines()), row
+    fmt_p = publish["fmt_p"]
+    for c in (c for c in conf["paired"] if c["metric"] == "train"):  # the four tests' row of the README
+        assert (f"| {c['mean']:+.2f} | [{c['ci_low']:+.2f}, {c['ci_high']:+.2f}] | {fmt_p(c['p_holm'])} | "
+                f"{c['median']:+.2f} | {fmt_p(c['p_signed_rank'])} |") in readme, (c["a"], c["b"])
+    for c in (c for c in conf["paired_by_device"] if c["metric"] == "train"):  # its per-GPU columns
+        assert f"| {c['mean']:+.2f} [{c['ci_low']:+.2f}, {c['ci_high']:+.2f}] |" in readme, (c["a"], c["device"])
     planned = {r.label: r for r in driver.load_plan("examples/study/plan.toml", out=tmp_path / "runs")}
     for where, rec in pack.load_packs("docs/results/study/packs"):
         run = planned[rec["label"]]
