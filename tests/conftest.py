@@ -45,6 +45,7 @@ MARKS: dict[str, tuple[str, ...]] = {
     "test_first_run.py::test_compare_*": SUB,
     "test_hostile_inputs.py::test_default_cache_is_private_and_never_in_tree": SUB,
     "test_hostile_inputs.py::test_planted_pickle_in_a_writable_cache_dir_never_runs": SUB,
+    "test_hostile_inputs.py::test_copies_of_the_sources_share_one_cache_entry": SUB,
     "test_interop.py::test_interop_imports_no_foreign_library": SUB,
     "test_interop.py::test_first_torchao_use_prints_nothing": SUB,
     "test_package_graph.py::test_numerics_and_the_gpu_quantize_path_import_no_numba": SUB + INTERP,

@@ -485,11 +485,12 @@ def test_show_prints_text_as_written_and_in_linear_time(tmp_path, capsys):
 
 
 # ---- 10. numba cache ------------------------------------------------------------------------------------------
-def _python(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+def _python(code: str, env: dict[str, str], timeout: float = 240, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "FP4LAB_CACHE_DIR",
                                                               "FP4LAB_NUMBA_CACHE")}
     return subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 class _Payload:
@@ -586,6 +587,37 @@ def test_cache_entries_are_keyed_by_every_numba_module():
     if jit.cache_status()[0] is not None:
         d = next(v for v in vars(pack).values() if type(v).__name__ == "CPUDispatcher")
         assert jit.sources_digest() in Path(d._cache._cache_path).parts
+
+
+def test_copies_of_the_sources_share_one_cache_entry(tmp_path):
+    """A cache entry is named by module and stamped with the sources' digest: a copy of fp4lab elsewhere, with
+    other timestamps, loads the kernel another copy compiled; a copy whose numba sources differ compiles afresh."""
+    import shutil
+
+    import fp4lab
+
+    src = Path(fp4lab.__file__).parent
+    copies = {name: tmp_path / name for name in ("a", "b", "edited")}
+    for name, where in copies.items():
+        shutil.copytree(src, where / "fp4lab", ignore=shutil.ignore_patterns("__pycache__"))
+    os.utime(copies["b"] / "fp4lab" / "emulator" / "pack.py", (1e9, 1e9))  # another timestamp, same bytes
+    with open(copies["edited"] / "fp4lab" / "emulator" / "nb_philox.py", "a") as f:
+        f.write("# edited\n")  # a numba module that pack.py does not import
+    code = ("import numpy as np\nfrom fp4lab.emulator import pack\n"
+            "pack.pack_nibbles(np.zeros((2, 4), np.uint8))\n"
+            "ds = [v for v in vars(pack).values() if type(v).__name__ == 'CPUDispatcher']\n"
+            "print(pack.__file__, sum(sum(d.stats.cache_hits.values()) for d in ds), "
+            "sum(sum(d.stats.cache_misses.values()) for d in ds))")
+    cache = tmp_path / "cache"
+    said = {}
+    for name in ("a", "b", "edited"):
+        res = _python(code, {"FP4LAB_CACHE_DIR": str(cache), "PYTHONPATH": str(copies[name])}, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        file, hits, misses = res.stdout.split()
+        assert Path(file) == copies[name] / "fp4lab" / "emulator" / "pack.py", file  # the copy, not this tree
+        said[name] = (int(hits), int(misses))
+    assert said == {"a": (0, 1), "b": (1, 0), "edited": (0, 1)}, said
+    assert len(list(cache.iterdir())) == 2  # one digest for a and b, one for the edited copy
 
 
 # ---- tensor files: torch layouts, element counts, npy shapes, odd paths -------------------------------------------

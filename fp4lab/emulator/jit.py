@@ -19,6 +19,9 @@ the check):
   the timestamp of a function's own file, so a cached kernel would otherwise survive an edit of a helper it
   inlines from another module (``nb_encode.py`` called from ``nb_quantize.py``). Any edit of those modules
   compiles afresh.
+* below that digest an entry is named by its module (``emulator/fp4lab.emulator.pack.pack_nibbles-37...``), not
+  by where the file lies, and its validity stamp is the digest, not the file's timestamp: every copy of the same
+  sources (another checkout or virtual environment, a study's frozen tree) shares one compiled kernel.
 
 Only fp4lab's own functions are affected: numba's global configuration is left alone. ``cache_status()`` says
 which directory is used, or why none is.
@@ -136,16 +139,22 @@ def _cache_class() -> Any:
         return _STATE["cls"]
     from numba.core import caching
 
-    root = os.path.join(str(_STATE["dir"]), sources_digest())
+    digest = sources_digest()
+    root = os.path.join(str(_STATE["dir"]), digest)
 
     class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
         def __init__(self, py_func: Any, py_file: str):
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
-            self._cache_path = os.path.join(root, self.get_suitable_cache_subpath(py_file))
+            package, *sub = py_func.__module__.split(".")[:-1]  # fp4lab.emulator.pack -> emulator
+            where = sub if package == "fp4lab" else [self.get_suitable_cache_subpath(py_file)]
+            self._cache_path = os.path.join(root, *where)
 
         def get_cache_path(self) -> str:
             return self._cache_path
+
+        def get_source_stamp(self) -> str:
+            return digest  # the sources' contents, wherever they lie and whatever their timestamps
 
         def ensure_cache_path(self) -> None:
             os.makedirs(self._cache_path, mode=0o700, exist_ok=True)
