@@ -146,15 +146,18 @@ def _cache_class() -> Any:
         def __init__(self, py_func: Any, py_file: str):
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
-            package, *sub = py_func.__module__.split(".")[:-1]  # fp4lab.emulator.pack -> emulator
-            where = sub if package == "fp4lab" else [self.get_suitable_cache_subpath(py_file)]
+            package, *sub = py_func.__module__.split(".")  # fp4lab.emulator.pack -> emulator
+            self._ours = package == "fp4lab" and bool(sub)  # a module that the digest covers
+            where = sub[:-1] if self._ours else [self.get_suitable_cache_subpath(py_file)]
             self._cache_path = os.path.join(root, *where)
 
         def get_cache_path(self) -> str:
             return self._cache_path
 
-        def get_source_stamp(self) -> str:
-            return digest  # the sources' contents, wherever they lie and whatever their timestamps
+        def get_source_stamp(self) -> Any:
+            """fp4lab's modules: the digest of their contents, wherever they lie and whatever their timestamps;
+            any other file: numba's own stamp (its timestamp and size), which the digest does not cover."""
+            return digest if self._ours else super().get_source_stamp()
 
         def ensure_cache_path(self) -> None:
             os.makedirs(self._cache_path, mode=0o700, exist_ok=True)
